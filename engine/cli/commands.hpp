@@ -1,0 +1,24 @@
+#pragma once
+// The `loom` subcommands. Each returns the process exit status: 0 success, 2 bad input
+// (recipe, arguments, missing files), 1 failure during a run.
+#include <string>
+#include <vector>
+
+namespace loom::cli {
+
+struct RecipeArgs {
+  std::string recipe;
+  std::vector<std::string> sets;  // --set section.key=value, in order
+};
+
+int cmd_train(const RecipeArgs& a, int* argc, char*** argv);
+int cmd_config(const RecipeArgs& a, int world, bool keys);
+int cmd_bench_gemm(int n, int reps);
+
+// This process's rank as the launcher (mpirun, srun) announces it before MPI starts, so that
+// argument errors are printed by one rank only. 0 when not launched by one.
+int launcher_rank();
+// The world size the launcher announces, or 1.
+int launcher_size();
+
+}  // namespace loom::cli

@@ -1,0 +1,65 @@
+// The `loom` command line: one binary, one subcommand per job.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "engine/cli/commands.hpp"
+#include "kernels/backend_factory.hpp"
+#include "loom_version.hpp"
+
+int main(int argc, char** argv) {
+  using namespace loom::cli;
+  CLI::App app{"loom: distributed GPT training on CPUs and GPUs. Run `loom SUBCOMMAND --help` for details."};
+  app.name("loom");
+  app.require_subcommand(0, 1);
+  bool version = false;
+  app.add_flag("--version", version, "print the version, git commit and available backends");
+
+  RecipeArgs train_args, config_args;
+  auto add_recipe = [](CLI::App* sub, RecipeArgs& a) {
+    sub->add_option("recipe", a.recipe, "YAML recipe (see docs/recipes.md)")->required();
+    sub->add_option("--set", a.sets, "override a key: --set train.steps=100 (repeatable)")
+        ->type_name("SECTION.KEY=VALUE")
+        ->allow_extra_args(false);
+  };
+  CLI::App* train = app.add_subcommand("train", "train a model from a recipe (launch with mpirun/srun)");
+  add_recipe(train, train_args);
+  CLI::App* config = app.add_subcommand("config", "print the fully resolved recipe, defaults filled in, as YAML");
+  add_recipe(config, config_args);
+  int world = launcher_size();
+  config->add_option("--world", world, "number of ranks to resolve parallel.dp=auto for")->capture_default_str();
+  bool keys = false;
+  config->add_flag("--keys", keys, "print every recipe key with its type, default and meaning instead");
+  config->get_option("recipe")->required(false);
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate)");
+  bench->require_subcommand(1);
+  CLI::App* gemm = bench->add_subcommand("gemm", "measure sgemm GFLOP/s on this machine (the CPU MFU peak)");
+  int gemm_n = 2048, gemm_reps = 5;
+  gemm->add_option("-n", gemm_n, "matrix size")->capture_default_str();
+  gemm->add_option("--reps", gemm_reps, "timed repetitions")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (launcher_rank() == 0) app.exit(e);
+    return 2;
+  }
+
+  if (version) {
+    std::printf("loom %s (commit %s)\nbackends: %s\n", LOOM_VERSION, LOOM_GIT_COMMIT,
+                loom::backend_availability().c_str());
+    return 0;
+  }
+  if (*train) return cmd_train(train_args, &argc, &argv);
+  if (*config) {
+    if (!keys && config_args.recipe.empty()) {
+      std::fprintf(stderr, "loom config: a recipe is required (or --keys)\n");
+      return 2;
+    }
+    return cmd_config(config_args, world, keys);
+  }
+  if (*gemm) return cmd_bench_gemm(gemm_n, gemm_reps);
+  std::printf("%s", app.help().c_str());
+  return 0;
+}

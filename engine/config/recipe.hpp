@@ -1,0 +1,84 @@
+#pragma once
+// The training recipe: one struct per YAML section, mapped one-to-one onto the keys documented
+// in docs/recipes.md. Defaults live here, in the member initialisers, and nowhere else.
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace loom {
+
+struct ModelConfig {
+  int n_layer = 12;
+  int n_head = 12;
+  int d_model = 768;
+  int vocab_size = 50257;
+  int seq_len = 1024;
+};
+
+struct ParallelConfig {
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;  // 0 means "auto": world / (tp * pp), resolved by resolve_world()
+};
+
+struct TrainConfig {
+  int micro_batch = 4;
+  int global_batch = 0;  // 0 means "auto": micro_batch * dp (no gradient accumulation)
+  int64_t steps = 1000;
+  uint64_t seed = 1337;
+  std::string backend = "cpu";     // cpu | cuda
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
+};
+
+struct OptimConfig {
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+};
+
+struct DataConfig {
+  std::string train;
+  std::string val;
+  std::string format = "auto";  // auto | text | loom | llmc | megatron
+};
+
+struct CheckpointConfig {
+  std::string dir;               // empty: no checkpoints
+  int64_t every = 0;             // 0: only at the end of training
+  int keep_last = 3;
+  std::string resume = "auto";   // auto | never | PATH
+};
+
+struct LogConfig {
+  std::string dir = "runs/default";
+  int64_t every = 10;
+};
+
+struct Recipe {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+
+  // Where each key came from ("configs/tiny.yaml:4", "--set train.steps=5" or "default"),
+  // so that cross-field errors can point at the lines involved.
+  std::map<std::string, std::string> origin;
+  std::string source;  // the recipe file's path
+
+  // Values derived from the keys and the world size by resolve_world().
+  int world = 1;
+  int grad_accum() const { return global_batch_resolved() / (train.micro_batch * parallel.dp); }
+  int global_batch_resolved() const {
+    return train.global_batch > 0 ? train.global_batch : train.micro_batch * parallel.dp;
+  }
+};
+
+}  // namespace loom

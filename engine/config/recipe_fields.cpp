@@ -1,0 +1,121 @@
+#include "engine/config/recipe_fields.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace loom {
+namespace {
+
+constexpr double kIntMax = 2147483647.0;
+constexpr double kHuge = 9.0e18;  // int64 keys: steps and intervals
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+#define LOOM_MEMBER(sec, name) [](Recipe& r) -> void* { return &r.sec.name; }
+
+std::vector<Field> make_fields() {
+  using K = FieldKind;
+  return {
+      {"model", "n_layer", K::Int, 1, 4096, {}, LOOM_MEMBER(model, n_layer), "number of transformer blocks (L)"},
+      {"model", "n_head", K::Int, 1, 4096, {}, LOOM_MEMBER(model, n_head), "attention heads per block (NH); must divide d_model"},
+      {"model", "d_model", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(model, d_model), "hidden size (C)"},
+      {"model", "vocab_size", K::Int, 2, kIntMax, {}, LOOM_MEMBER(model, vocab_size), "token ids are in [0, vocab_size); padded internally to a multiple of 128*tp"},
+      {"model", "seq_len", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(model, seq_len), "context length (T), also the size of the position table"},
+
+      {"parallel", "tp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, tp), "tensor-parallel degree; must divide n_head"},
+      {"parallel", "pp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, pp), "pipeline-parallel degree; must divide n_layer"},
+      {"parallel", "dp", K::IntOrAuto, 1, 1 << 20, {}, LOOM_MEMBER(parallel, dp), "data-parallel degree, or auto = world / (tp*pp)"},
+
+      {"train", "micro_batch", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(train, micro_batch), "sequences per rank per forward/backward (B)"},
+      {"train", "global_batch", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(train, global_batch), "sequences per optimizer step over all ranks, or auto = micro_batch*dp; a multiple of micro_batch*dp (the rest is gradient accumulation)"},
+      {"train", "steps", K::Int64, 1, kHuge, {}, LOOM_MEMBER(train, steps), "optimizer steps to train"},
+      {"train", "seed", K::UInt64, 0, 1.8e19, {}, LOOM_MEMBER(train, seed), "seed of the initialisation and of data sampling"},
+      {"train", "backend", K::String, 0, 0, {"cpu", "cuda"}, LOOM_MEMBER(train, backend), "compute backend: cpu (Eigen/OpenBLAS reference) or cuda"},
+      {"train", "precision", K::String, 0, 0, {"fp32", "bf16", "fp16"}, LOOM_MEMBER(train, precision), "parameter/activation precision; bf16 and fp16 need backend cuda"},
+
+      {"optim", "lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, lr), "peak learning rate (after warmup)"},
+      {"optim", "min_lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, min_lr), "learning rate at the end of the cosine decay"},
+      {"optim", "warmup_steps", K::Int64, 0, kHuge, {}, LOOM_MEMBER(optim, warmup_steps), "linear warmup steps from lr/warmup_steps to lr"},
+      {"optim", "weight_decay", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, weight_decay), "decoupled AdamW weight decay on matrices and embeddings (not biases or LayerNorm)"},
+      {"optim", "beta1", K::Float, 0, 0.999999999, {}, LOOM_MEMBER(optim, beta1), "Adam first-moment decay, in [0, 1)"},
+      {"optim", "beta2", K::Float, 0, 0.999999999, {}, LOOM_MEMBER(optim, beta2), "Adam second-moment decay, in [0, 1)"},
+      {"optim", "eps", K::Float, 1e-30, 1, {}, LOOM_MEMBER(optim, eps), "Adam epsilon, > 0"},
+      {"optim", "grad_clip", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, grad_clip), "clip the global gradient norm to this value; 0 disables"},
+
+      {"data", "train", K::String, 0, 0, {}, LOOM_MEMBER(data, train), "training data: a file (or directory of shards)"},
+      {"data", "val", K::String, 0, 0, {}, LOOM_MEMBER(data, val), "validation data (optional)"},
+      {"data", "format", K::String, 0, 0, {"auto", "text", "loom", "llmc", "megatron"}, LOOM_MEMBER(data, format), "data format; text = raw UTF-8 read as byte tokens"},
+
+      {"checkpoint", "dir", K::String, 0, 0, {}, LOOM_MEMBER(checkpoint, dir), "checkpoint directory (empty: no checkpoints)"},
+      {"checkpoint", "every", K::Int64, 0, kHuge, {}, LOOM_MEMBER(checkpoint, every), "save every N steps (0: only at the end)"},
+      {"checkpoint", "keep_last", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(checkpoint, keep_last), "complete checkpoints kept; older ones are pruned"},
+      {"checkpoint", "resume", K::String, 0, 0, {}, LOOM_MEMBER(checkpoint, resume), "auto (newest complete checkpoint), never, or a checkpoint PATH"},
+
+      {"log", "dir", K::String, 0, 0, {}, LOOM_MEMBER(log, dir), "run directory: metrics.jsonl and run records"},
+      {"log", "every", K::Int64, 1, kHuge, {}, LOOM_MEMBER(log, every), "log a metrics line every N steps"},
+  };
+}
+#undef LOOM_MEMBER
+
+std::string format_double(double v) {
+  // Shortest decimal that reads back to the same double, so printed recipes round-trip.
+  char buf[64];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  // Keep it a float in YAML's eyes ("1" would read back as an integer; harmless but unclear).
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+std::string Field::type_name() const {
+  switch (kind) {
+    case FieldKind::Int:
+    case FieldKind::Int64: return "integer";
+    case FieldKind::UInt64: return "unsigned integer";
+    case FieldKind::Float: return "number";
+    case FieldKind::String: return "string";
+    case FieldKind::IntOrAuto: return "integer or auto";
+  }
+  return "?";
+}
+
+const std::vector<Field>& recipe_fields() {
+  static const std::vector<Field> fields = make_fields();
+  return fields;
+}
+
+const std::vector<std::string>& recipe_sections() {
+  static const std::vector<std::string> s = {"model", "parallel", "train", "optim", "data", "checkpoint", "log"};
+  return s;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+  for (const Field& f : recipe_fields())
+    if (f.section == section && f.key == key) return &f;
+  return nullptr;
+}
+
+std::string field_value_string(const Field& f, const Recipe& rc) {
+  Recipe& r = const_cast<Recipe&>(rc);  // member() only takes the address
+  void* p = f.member(r);
+  switch (f.kind) {
+    case FieldKind::Int: return std::to_string(*static_cast<int*>(p));
+    case FieldKind::Int64: return std::to_string(*static_cast<int64_t*>(p));
+    case FieldKind::UInt64: return std::to_string(*static_cast<uint64_t*>(p));
+    case FieldKind::Float: return format_double(*static_cast<double*>(p));
+    case FieldKind::IntOrAuto: {
+      int v = *static_cast<int*>(p);
+      return v == 0 ? "auto" : std::to_string(v);
+    }
+    case FieldKind::String: return *static_cast<std::string*>(p);
+  }
+  return "";
+}
+
+}  // namespace loom

@@ -1,0 +1,35 @@
+#pragma once
+// The shape of a GPT-2-style model, and the FLOPs it costs.
+#include <cstdint>
+
+namespace loom {
+
+struct GptShape {
+  int n_layer = 0;     // L
+  int n_head = 0;      // NH
+  int d_model = 0;     // C
+  int vocab = 0;       // V: real token ids are [0, V)
+  int vocab_pad = 0;   // Vp: V rounded up to a multiple of 128 (embedding rows / logits columns)
+  int seq_len = 0;     // T
+
+  static GptShape make(int n_layer, int n_head, int d_model, int vocab, int seq_len, int vocab_multiple = 128) {
+    GptShape s{n_layer, n_head, d_model, vocab, 0, seq_len};
+    s.vocab_pad = (vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+    return s;
+  }
+  int head_size() const { return d_model / n_head; }
+
+  // Parameters that take part in matmuls, counting the tied LM head once as V*C: the N of the
+  // model-FLOPs formula. Embedding lookups, biases and LayerNorms are excluded.
+  int64_t matmul_params() const {
+    const int64_t C = d_model;
+    return int64_t(n_layer) * 12 * C * C + int64_t(vocab) * C;
+  }
+  // Model FLOPs of forward + backward per token: 6 N + 12 L C T (PaLM appendix B / nanoGPT).
+  // The attention term counts the full T x T scores (not halved for the causal mask).
+  double flops_per_token() const {
+    return 6.0 * double(matmul_params()) + 12.0 * n_layer * double(d_model) * seq_len;
+  }
+};
+
+}  // namespace loom

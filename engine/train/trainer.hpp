@@ -1,0 +1,48 @@
+#pragma once
+// The training loop: composes the backend, the model, the data, the optimizer and the metrics
+// for one rank. Construction does every check and allocation that can fail on bad input (so
+// the CLI can make all ranks agree on the error before training starts); run() trains.
+#include <memory>
+#include <string>
+
+#include "engine/config/recipe.hpp"
+#include "engine/data/byte_corpus.hpp"
+#include "engine/metrics/metrics_log.hpp"
+#include "engine/model/gpt.hpp"
+#include "engine/optim/adamw.hpp"
+#include "engine/optim/lr_schedule.hpp"
+#include "kernels/backend.hpp"
+
+namespace loom {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double final_loss = 0;
+  double tokens_per_s = 0;  // over all steps after the first
+};
+
+class Trainer {
+ public:
+  // `rank`/`world` are this process's place in the job. Throws std::runtime_error (or
+  // ConfigError/BackendError) with a message naming the key or file at fault.
+  Trainer(const Recipe& recipe, int rank, int world);
+  ~Trainer();
+  TrainSummary run();
+  Gpt& model() { return *model_; }
+
+ private:
+  void check_supported() const;
+  void log_step(int64_t step, double loss, double lr, double grad_norm, double step_s);
+
+  Recipe r_;
+  int rank_, world_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ByteCorpus> train_data_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<MetricsLog> metrics_;
+  LrSchedule schedule_;
+  double peak_flops_ = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,60 @@
+#include "parallel/mpi_world.hpp"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstdio>
+#include <vector>
+
+namespace loom::parallel {
+
+MpiWorld::MpiWorld(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  // Errors on MPI_COMM_WORLD return codes instead of killing the job silently; our callers turn
+  // them into messages that name the rank and then abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiWorld::~MpiWorld() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::string MpiWorld::hostname() const {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string MpiWorld::agree_on_error(const std::string& local_error) const {
+  int mine = local_error.empty() ? INT_MAX : rank_;
+  int first = INT_MAX;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == INT_MAX) return "";
+  // The failing rank sends its message to everyone, so rank 0 can print it once.
+  int len = rank_ == first ? static_cast<int>(local_error.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
+  std::vector<char> buf(len);
+  if (rank_ == first) buf.assign(local_error.begin(), local_error.end());
+  MPI_Bcast(buf.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
+  std::string msg(buf.begin(), buf.end());
+  // Every rank failing alike (a bad recipe) is the common case; name the rank only if it is not.
+  int failing = local_error.empty() ? 0 : 1, n_failing = 0;
+  MPI_Allreduce(&failing, &n_failing, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (n_failing < size_) msg = "rank " + std::to_string(first) + ": " + msg;
+  return msg;
+}
+
+void MpiWorld::abort(const std::string& what, int code) const {
+  std::fprintf(stderr, "loom: rank %d (%s): %s\n", rank_, hostname().c_str(), what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this is for the compiler and for broken MPIs
+}
+
+}  // namespace loom::parallel

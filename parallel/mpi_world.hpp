@@ -1,0 +1,37 @@
+#pragma once
+// The MPI world: start-up, the rank/size of this process, and the two ways a job ends early:
+// an error every rank agrees on (all exit with the same status, message printed once) and an
+// error on one rank (MPI_Abort takes the whole job down, nobody hangs).
+#include <mpi.h>
+
+#include <string>
+
+namespace loom::parallel {
+
+class MpiWorld {
+ public:
+  // MPI_Init_thread (MPI_THREAD_MULTIPLE if offered, for background I/O threads). Works under
+  // mpirun/srun and as a 1-rank singleton.
+  MpiWorld(int* argc, char*** argv);
+  ~MpiWorld();
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm comm() const { return MPI_COMM_WORLD; }
+  std::string hostname() const;
+
+  // Every rank passes its own error ("" = none). Collective: returns on every rank the error of
+  // the lowest-numbered failing rank, prefixed with that rank when the world has more than one
+  // ("" if no rank failed). Used for start-up checks, so that no rank goes on alone.
+  std::string agree_on_error(const std::string& local_error) const;
+
+  // Prints "loom: rank R (host): what" to stderr and aborts every rank with `code`.
+  [[noreturn]] void abort(const std::string& what, int code) const;
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace loom::parallel
