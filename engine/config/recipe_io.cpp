@@ -37,6 +37,11 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 // "did you mean ...?" for the closest candidate within a small edit distance, or "".
 std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  // A candidate that starts the word or is started by it ("optimizer" / "optim") is a likely
+  // intent even when many letters differ.
+  for (const auto& c : candidates)
+    if (c.size() >= 3 && word.size() >= 3 && (word.rfind(c, 0) == 0 || c.rfind(word, 0) == 0))
+      return " (did you mean '" + c + "'?)";
   std::string best;
   size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
   for (const auto& c : candidates) {
@@ -52,7 +57,10 @@ std::string unknown_key_message(const std::string& section, const std::string& k
     if (f.section == section) same_section.push_back(f.key);
     everywhere.push_back(f.full_name());
   }
-  std::string hint = suggestion(key, same_section);
+  std::string hint;
+  std::vector<std::string> same_full;
+  for (const auto& k : same_section) same_full.push_back(section + "." + k);
+  hint = suggestion(section + "." + key, same_full);
   if (hint.empty()) {
     // A key put in the wrong section (e.g. train.lr) is the commonest slip: look everywhere.
     for (const Field& f : recipe_fields())
@@ -195,10 +203,10 @@ std::vector<Setting> settings_from_file(const std::string& path) {
     const std::string where = where_of(path, sec.first.Mark());
     const auto& known = recipe_sections();
     if (std::find(known.begin(), known.end(), section) == known.end()) {
-      std::string hint = suggestion(section, known);
-      if (hint.empty())
-        for (const Field& f : recipe_fields())
-          if (f.key == section) hint = " (did you mean '" + f.full_name() + "'? keys belong inside their section)";
+      std::string hint;
+      for (const Field& f : recipe_fields())
+        if (f.key == section) hint = " (did you mean '" + f.full_name() + "'? keys belong inside their section)";
+      if (hint.empty()) hint = suggestion(section, known);
       fail(where, "unknown section '" + section + "'" + hint + "; sections are " + sections_list);
     }
     if (!seen_sections.insert(section).second) fail(where, "section '" + section + "' appears twice");

@@ -1,0 +1,15 @@
+# Shared by the end-to-end test scripts: arguments, mpirun for root in a container, helpers.
+set -euo pipefail
+LOOM=$1
+SRC=$2
+MPIEXEC=${3:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Quiet Open MPI's "help" aggregation and forks warnings; keep real errors.
+export OMPI_MCA_rmaps_base_oversubscribe=1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom_test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# --bind-to none: with 1-2 ranks Open MPI pins each to one core, starving the OpenMP threads.
+mpi() { "$MPIEXEC" --oversubscribe --bind-to none "$@"; }
+# The demo corpus, made once per build tree.
+corpus() { bash "$SRC/scripts/prepare_fortunes.sh" "$SRC/data" >/dev/null; }
