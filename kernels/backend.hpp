@@ -93,7 +93,7 @@ class Backend {
 // The CPU reference backend (Eigen + OpenBLAS + OpenMP). Always available.
 std::unique_ptr<Backend> make_cpu_backend();
 
-// Measured single-precision gemm rate of this machine (n x n x n, `reps` timed runs), in FLOP/s.
+// Measured single-precision gemm rate of this machine: the best of `reps` n x n x n products, FLOP/s.
 double measure_sgemm_flops(int n, int reps);
 
 }  // namespace loom

@@ -1,11 +1,13 @@
 #include "engine/train/trainer.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/backend_factory.hpp"
+#include "kernels/op_timer.hpp"
 
 namespace loom {
 namespace {
@@ -29,6 +31,11 @@ void Trainer::check_supported() const {
 Trainer::Trainer(const Recipe& recipe, int rank, int world) : r_(recipe), rank_(rank), world_(world) {
   check_supported();
   backend_ = make_backend(r_.train.backend);
+  if (const char* prof = std::getenv("LOOM_PROFILE_OPS"); prof && std::string(prof) == "1") {
+    auto timer = std::make_unique<OpTimer>(std::move(backend_));
+    op_timer_ = timer.get();
+    backend_ = std::move(timer);
+  }
   train_data_ = std::make_unique<ByteCorpus>(r_.data.train, "data.train", r_.model.seq_len);
   const auto& m = r_.model;
   GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len);
@@ -97,6 +104,7 @@ TrainSummary Trainer::run() {
     summary.steps = step + 1;
     if (rank_ == 0 && (step % r_.log.every == 0 || step + 1 == r_.train.steps)) log_step(step, loss, lr, norm, dt);
   }
+  if (op_timer_ && rank_ == 0) std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
   if (summary.steps > 1)
     summary.tokens_per_s = double(summary.steps - 1) * r_.global_batch_resolved() * T / timed_s;
   return summary;

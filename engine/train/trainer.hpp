@@ -12,6 +12,7 @@
 #include "engine/optim/adamw.hpp"
 #include "engine/optim/lr_schedule.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/op_timer.hpp"
 
 namespace loom {
 
@@ -43,6 +44,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   LrSchedule schedule_;
   double peak_flops_ = 0;
+  OpTimer* op_timer_ = nullptr;  // set when LOOM_PROFILE_OPS=1 wraps the backend
 };
 
 }  // namespace loom
