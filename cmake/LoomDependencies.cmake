@@ -16,8 +16,10 @@ find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 loom_dep("Eigen3" Eigen3_FOUND "${Eigen3_VERSION}")
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 loom_dep("OpenMP" OpenMP_CXX_FOUND "${OpenMP_CXX_VERSION}")
+# OpenBLAS makes the CPU backend's matmuls ~2x faster than Eigen's own gemm; without it (e.g. on
+# a bare GPU machine) the CPU backend still builds, on Eigen alone.
 set(BLA_VENDOR OpenBLAS)
-find_package(BLAS REQUIRED)
+find_package(BLAS)
 loom_dep("BLAS (OpenBLAS)" BLAS_FOUND "${BLAS_LIBRARIES}")
 
 find_package(MPI COMPONENTS C CXX)

@@ -23,6 +23,9 @@ void Trainer::check_supported() const {
   const std::string& fmt = r_.data.format;
   if (fmt != "auto" && fmt != "text")
     throw std::runtime_error("data.format=" + fmt + ": not readable by this build (supported: auto, text)");
+  if (!r_.checkpoint.dir.empty())
+    throw std::runtime_error("checkpoint.dir=" + r_.checkpoint.dir +
+                             ": checkpoints are not implemented in this build yet; set checkpoint.dir to \"\"");
   if (r_.model.vocab_size < kByteVocab)
     throw std::runtime_error("model.vocab_size=" + std::to_string(r_.model.vocab_size) +
                              " is smaller than the byte-level vocabulary (256) of data.format=text");
@@ -37,6 +40,8 @@ Trainer::Trainer(const Recipe& recipe, int rank, int world) : r_(recipe), rank_(
     backend_ = std::move(timer);
   }
   train_data_ = std::make_unique<ByteCorpus>(r_.data.train, "data.train", r_.model.seq_len);
+  // Validation loss arrives with the data pipeline; a bad path is still reported now, not later.
+  if (!r_.data.val.empty()) ByteCorpus(r_.data.val, "data.val", r_.model.seq_len);
   const auto& m = r_.model;
   GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len);
   model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch);
