@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-$(nproc)}
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
-scripts/prepare_fortunes.sh data >/dev/null
 loom=${LOOM:-build/loom}
-shape="--n_layer 6 --n_head 6 --d_model 384 --seq_len 256 --batch 8 --vocab 256"
+scripts/prepare_fortunes.sh data/fortunes "$loom" >/dev/null
+shape="--n_layer 6 --n_head 6 --d_model 384 --seq_len 256 --batch 8 --vocab 257"
 
 gemm=$("$loom" bench gemm -n 2048 --reps 5 | sed -E 's/.*: ([0-9.]+) GFLOP.*/\1/')
 out=$("$loom" train configs/bench-cpu.yaml --set log.dir=runs/bench-cpu)
@@ -20,9 +20,9 @@ torch_tps=$(sed -nE 's/.*tokens_per_s=([0-9.]+).*/\1/p' <<<"$torch_line")
 python3 - "$gemm" "$loom_tps" "$torch_tps" "$threads" <<'PY'
 import sys
 gemm, loom, torch, threads = float(sys.argv[1]) * 1e9, float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-L, C, T, V = 6, 384, 256, 256
+L, C, T, V = 6, 384, 256, 257
 flops_tok = 6 * (12 * L * C * C + V * C) + 12 * L * C * T
-print(f"model L6 H6 D384 T256 B8 V256, {threads} threads, {flops_tok / 1e6:.1f} MFLOP/token")
+print(f"model L6 H6 D384 T256 B8 V257, {threads} threads, {flops_tok / 1e6:.1f} MFLOP/token")
 print(f"{'':8s} {'tokens/s':>10s} {'GFLOP/s':>9s} {'of sgemm':>9s}")
 for name, tps in (("loom", loom), ("pytorch", torch)):
     print(f"{name:8s} {tps:10.0f} {tps * flops_tok / 1e9:9.1f} {100 * tps * flops_tok / gemm:8.1f}%")

@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
-# Builds the demo corpus: the ~2.5 MB of English text that Debian's `fortunes` package installs,
-# concatenated in a fixed (sorted) order, split 95/5 into train and validation files.
-#   scripts/prepare_fortunes.sh [OUT_DIR]    (default: data/)
+# Builds the demo corpus: the ~2.5 MB of English text that Debian's `fortunes` package installs
+# (each fortune, between lines holding '%', is one document), tokenised by `loom prep` at the
+# byte level into OUT_DIR: train/val shards (5% of the documents) and manifest.json.
+#   scripts/prepare_fortunes.sh [OUT_DIR] [LOOM_BINARY]    (defaults: data/fortunes, build/loom)
 set -euo pipefail
-out=${1:-data}
+out=${1:-data/fortunes}
+loom=${2:-${LOOM:-build/loom}}
 src=/usr/share/games/fortunes
 if [ ! -d "$src" ]; then
   echo "prepare_fortunes.sh: $src not found; run scripts/setup.sh (it installs the 'fortunes' package)" >&2
   exit 2
 fi
-mkdir -p "$out"
-if [ -s "$out/fortunes_train.txt" ] && [ -s "$out/fortunes_val.txt" ]; then
-  exit 0
-fi
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+[ -s "$out/manifest.json" ] && exit 0
 # Skip the index (.dat) files and the .u8 symlinks that duplicate the text files.
-find "$src" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | LC_ALL=C sort | xargs cat > "$tmp"
-total=$(stat -c %s "$tmp")
-train=$(( total * 95 / 100 ))
-head -c "$train" "$tmp" > "$out/fortunes_train.txt"
-tail -c +"$(( train + 1 ))" "$tmp" > "$out/fortunes_val.txt"
-echo "prepare_fortunes.sh: $out/fortunes_train.txt ($train bytes), $out/fortunes_val.txt ($(( total - train )) bytes)"
+mapfile -t files < <(find "$src" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | LC_ALL=C sort)
+# Written aside and renamed into place, so that concurrent callers (parallel tests) never see a
+# half-written directory.
+tmp="$out.tmp.$$"
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$(dirname "$out")"
+"$loom" prep --tokenizer byte --doc-separator % --val-fraction 0.05 --out "$tmp" "${files[@]}"
+mv -T "$tmp" "$out" 2>/dev/null || true   # another caller won the race: theirs is identical

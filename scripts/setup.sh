@@ -22,10 +22,12 @@ pkgs=(
   libeigen3-dev libopenblas-openmp-dev libopenblas0-openmp  # CPU backend (Eigen + OpenBLAS sgemm)
   catch2                                # unit tests (v2.13)
   libcli11-dev                          # the loom command line
+  libpcre2-dev                          # GPT-2 BPE pre-tokenisation regex (Unicode classes)
+  nlohmann-json3-dev                    # vocab.json, data manifests
   fortunes                              # ~2.4 MB of real English text for the demo and tests
 )
 if [ "$dev" = 1 ]; then
-  pkgs+=(python3-torch python3-numpy python3-h5py python3-matplotlib)
+  pkgs+=(python3-torch python3-numpy python3-h5py python3-matplotlib python3-regex)
 fi
 
 missing=()

@@ -4,7 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/prep.hpp"
+
 namespace loom::cli {
+
+using loom::PrepOptions;
 
 struct RecipeArgs {
   std::string recipe;
@@ -14,6 +18,7 @@ struct RecipeArgs {
 int cmd_train(const RecipeArgs& a, int* argc, char*** argv);
 int cmd_config(const RecipeArgs& a, int world, bool keys);
 int cmd_bench_gemm(int n, int reps);
+int cmd_prep(const PrepOptions& o);
 
 // This process's rank as the launcher (mpirun, srun) announces it before MPI starts, so that
 // argument errors are printed by one rank only. 0 when not launched by one.

@@ -31,6 +31,22 @@ int main(int argc, char** argv) {
   bool keys = false;
   config->add_flag("--keys", keys, "print every recipe key with its type, default and meaning instead");
   config->get_option("recipe")->required(false);
+  PrepOptions prep_opts;
+  CLI::App* prep = app.add_subcommand("prep", "tokenise text files into token shards + manifest (docs/data.md)");
+  prep->add_option("files", prep_opts.inputs, "input text files")->required()->check(CLI::ExistingFile);
+  prep->add_option("--out", prep_opts.out, "output directory")->required();
+  prep->add_option("--tokenizer", prep_opts.tokenizer, "byte (built in, vocab 257) or gpt2")
+      ->check(CLI::IsMember({"byte", "gpt2"}))
+      ->capture_default_str();
+  prep->add_option("--vocab", prep_opts.vocab, "GPT-2 vocab.json (with --tokenizer gpt2)");
+  prep->add_option("--merges", prep_opts.merges, "GPT-2 merges.txt (with --tokenizer gpt2)");
+  prep->add_option("--val-fraction", prep_opts.val_fraction, "fraction of documents for the val split")
+      ->capture_default_str();
+  prep->add_option("--doc-separator", prep_opts.doc_separator,
+                   "a line equal to this separates documents (default: each file is one document)");
+  prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")->capture_default_str();
+  prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str();
+
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate)");
   bench->require_subcommand(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measure sgemm GFLOP/s on this machine (the CPU MFU peak)");
@@ -60,6 +76,7 @@ int main(int argc, char** argv) {
     return cmd_config(config_args, world, keys);
   }
   if (*gemm) return cmd_bench_gemm(gemm_n, gemm_reps);
+  if (*prep) return cmd_prep(prep_opts);
   std::printf("%s", app.help().c_str());
   return 0;
 }

@@ -57,6 +57,8 @@ struct CheckpointConfig {
 struct LogConfig {
   std::string dir = "runs/default";
   int64_t every = 10;
+  int64_t eval_every = 0;  // 0: no validation loss
+  int eval_batches = 4;
 };
 
 struct Recipe {

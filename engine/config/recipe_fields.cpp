@@ -43,9 +43,9 @@ std::vector<Field> make_fields() {
       {"optim", "eps", K::Float, 1e-30, 1, {}, LOOM_MEMBER(optim, eps), "Adam epsilon, > 0"},
       {"optim", "grad_clip", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, grad_clip), "clip the global gradient norm to this value; 0 disables"},
 
-      {"data", "train", K::String, 0, 0, {}, LOOM_MEMBER(data, train), "training data: a file (or directory of shards)"},
-      {"data", "val", K::String, 0, 0, {}, LOOM_MEMBER(data, val), "validation data (optional)"},
-      {"data", "format", K::String, 0, 0, {"auto", "text", "loom", "llmc", "megatron"}, LOOM_MEMBER(data, format), "data format; text = raw UTF-8 read as byte tokens"},
+      {"data", "train", K::String, 0, 0, {}, LOOM_MEMBER(data, train), "training data: a `loom prep` directory, a shard file, a directory or glob of shards, or a Megatron PREFIX"},
+      {"data", "val", K::String, 0, 0, {}, LOOM_MEMBER(data, val), "validation data, same forms as data.train (a `loom prep` directory gives its val split)"},
+      {"data", "format", K::String, 0, 0, {"auto", "text", "loom", "llmc", "megatron"}, LOOM_MEMBER(data, format), "auto detects by magic; text = any file read as bytes (vocab 256); see docs/data.md"},
 
       {"checkpoint", "dir", K::String, 0, 0, {}, LOOM_MEMBER(checkpoint, dir), "checkpoint directory (empty: no checkpoints)"},
       {"checkpoint", "every", K::Int64, 0, kHuge, {}, LOOM_MEMBER(checkpoint, every), "save every N steps (0: only at the end)"},
@@ -54,6 +54,8 @@ std::vector<Field> make_fields() {
 
       {"log", "dir", K::String, 0, 0, {}, LOOM_MEMBER(log, dir), "run directory: metrics.jsonl and run records"},
       {"log", "every", K::Int64, 1, kHuge, {}, LOOM_MEMBER(log, every), "log a metrics line every N steps"},
+      {"log", "eval_every", K::Int64, 0, kHuge, {}, LOOM_MEMBER(log, eval_every), "compute val_loss on data.val every N steps and at the end (0: never)"},
+      {"log", "eval_batches", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(log, eval_batches), "global batches of data.val per evaluation (the same ones each time)"},
   };
 }
 #undef LOOM_MEMBER

@@ -272,6 +272,8 @@ void validate_shapes(const Recipe& r) {
   rule(r.train.precision == "fp32" || r.train.backend == "cuda",
        kv(r, "train.precision") + " needs train.backend=cuda; the cpu backend computes in fp32");
   rule(r.optim.min_lr <= r.optim.lr, kv(r, "optim.min_lr") + " must not exceed " + kv(r, "optim.lr"));
+  rule(r.log.eval_every == 0 || !r.data.val.empty(),
+       kv(r, "log.eval_every") + " needs validation data: set data.val");
 }
 
 }  // namespace

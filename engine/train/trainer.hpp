@@ -4,9 +4,10 @@
 // the CLI can make all ranks agree on the error before training starts); run() trains.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/config/recipe.hpp"
-#include "engine/data/byte_corpus.hpp"
+#include "engine/data/data_loader.hpp"
 #include "engine/metrics/metrics_log.hpp"
 #include "engine/model/gpt.hpp"
 #include "engine/optim/adamw.hpp"
@@ -19,7 +20,8 @@ namespace loom {
 struct TrainSummary {
   int64_t steps = 0;
   double final_loss = 0;
-  double tokens_per_s = 0;  // over all steps after the first
+  double final_val_loss = -1;  // -1: no evaluation
+  double tokens_per_s = 0;     // over all steps after the first
 };
 
 class Trainer {
@@ -33,18 +35,22 @@ class Trainer {
 
  private:
   void check_supported() const;
-  void log_step(int64_t step, double loss, double lr, double grad_norm, double step_s);
+  double evaluate();
+  void log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
+                double wait_s);
 
   Recipe r_;
   int rank_, world_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<ByteCorpus> train_data_;
+  OpTimer* op_timer_ = nullptr;  // set when LOOM_PROFILE_OPS=1 wraps the backend
+  LoaderLayout layout_;
+  std::unique_ptr<DataLoader> train_data_;
+  std::vector<StepBatch> val_batches_;
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<MetricsLog> metrics_;
   LrSchedule schedule_;
   double peak_flops_ = 0;
-  OpTimer* op_timer_ = nullptr;  // set when LOOM_PROFILE_OPS=1 wraps the backend
 };
 
 }  // namespace loom

@@ -12,4 +12,4 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # --bind-to none: with 1-2 ranks Open MPI pins each to one core, starving the OpenMP threads.
 mpi() { "$MPIEXEC" --oversubscribe --bind-to none "$@"; }
 # The demo corpus, made once per build tree.
-corpus() { bash "$SRC/scripts/prepare_fortunes.sh" "$SRC/data" >/dev/null; }
+corpus() { bash "$SRC/scripts/prepare_fortunes.sh" "$SRC/data/fortunes" "$LOOM" >/dev/null; }

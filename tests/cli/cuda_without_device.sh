@@ -3,6 +3,7 @@
 # until the CUDA training path lands.)
 source "$(dirname "$0")/common.sh"
 corpus
+cd "$SRC"
 set +e
 "$LOOM" train "$SRC/configs/tiny.yaml" --set train.backend=cuda --set log.dir="$WORK/run" 2> "$WORK/err"; rc=$?
 set -e

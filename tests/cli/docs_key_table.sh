@@ -3,6 +3,6 @@
 source "$(dirname "$0")/common.sh"
 "$LOOM" config --keys > "$WORK/keys.md"
 while IFS= read -r line; do
-  grep -qxF -- "$line" "$SRC/docs/recipes.md" || fail "docs/recipes.md lacks: $line (regenerate with loom config --keys)"
+  grep -qxF -- "$line" "$SRC/docs/recipes.md" || fail "docs/recipes.md lacks: $line (run scripts/update_recipe_docs.sh)"
 done < "$WORK/keys.md"
 echo PASS

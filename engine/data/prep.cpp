@@ -1,0 +1,165 @@
+#include "engine/data/prep.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "engine/data/shard_writer.hpp"
+#include "engine/data/tokenizer.hpp"
+#include "engine/util/crc32c.hpp"
+
+namespace loom {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kFlushBytes = 1 << 20;  // encode a long document in pieces of about this size
+
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+// Routes documents to the train or val writer and tokenises them piecewise.
+class DocumentSink {
+ public:
+  DocumentSink(const Tokenizer& tok, ShardWriter& train, ShardWriter& val, const PrepOptions& o, PrepSummary& sum)
+      : tok_(tok), train_(train), val_(val), o_(o), sum_(sum) {}
+
+  void append_line(const std::string& line, bool had_newline) {
+    // A long document is flushed only between a line ending in a non-space and a line starting
+    // with one: GPT-2's pre-tokeniser splits there anyway, so the ids do not depend on where the
+    // pieces were cut.
+    if (text_.size() >= kFlushBytes && !line.empty() && !is_space(line[0]) && text_.size() >= 2 &&
+        text_.back() == '\n' && !is_space(text_[text_.size() - 2]))
+      flush();
+    if (!open_) start();
+    text_ += line;
+    if (had_newline) text_ += '\n';
+  }
+  void end_document() {
+    if (open_) flush();
+    open_ = false;
+  }
+
+ private:
+  void start() {
+    open_ = true;
+    const double u = double(mix(mix(o_.seed) ^ sum_.documents) >> 11) * 0x1.0p-53;
+    to_val_ = u < o_.val_fraction;
+    ++sum_.documents;
+    if (to_val_) ++sum_.val_documents;
+    ids_.assign(1, uint32_t(tok_.eot_id()));  // every document starts with end-of-text
+  }
+  void flush() {
+    tok_.encode(text_, ids_);
+    (to_val_ ? val_ : train_).write(ids_.data(), ids_.size());
+    text_.clear();
+    ids_.clear();
+  }
+
+  const Tokenizer& tok_;
+  ShardWriter &train_, &val_;
+  const PrepOptions& o_;
+  PrepSummary& sum_;
+  std::string text_;
+  std::vector<uint32_t> ids_;
+  bool open_ = false, to_val_ = false;
+};
+
+nlohmann::json split_json(const std::vector<ShardInfo>& shards, uint64_t tokens) {
+  nlohmann::json s = {{"tokens", tokens}, {"shards", nlohmann::json::array()}};
+  for (const auto& sh : shards) s["shards"].push_back({{"file", sh.file}, {"tokens", sh.tokens}, {"crc32c", sh.crc32c}});
+  return s;
+}
+
+}  // namespace
+
+PrepSummary run_prep(const PrepOptions& o) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (o.inputs.empty()) throw std::runtime_error("loom prep: no input files");
+  if (o.val_fraction < 0 || o.val_fraction >= 1)
+    throw std::runtime_error("--val-fraction " + std::to_string(o.val_fraction) + ": expected a value in [0, 1)");
+  if (o.shard_tokens < 1) throw std::runtime_error("--shard-tokens: expected a positive number");
+  for (const auto& in : o.inputs)
+    if (!fs::is_regular_file(in)) throw std::runtime_error(in + ": input file not found");
+  std::unique_ptr<Tokenizer> tok;
+  if (o.tokenizer == "byte") tok = make_byte_tokenizer();
+  else if (o.tokenizer == "gpt2") {
+    if (o.vocab.empty() || o.merges.empty())
+      throw std::runtime_error("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
+    tok = make_gpt2_tokenizer(o.vocab, o.merges);
+  } else {
+    throw std::runtime_error("--tokenizer " + o.tokenizer + ": expected byte or gpt2");
+  }
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) throw std::runtime_error(o.out + ": cannot create the output directory: " + ec.message());
+  // Stale shards from an earlier run would be listed by nobody but read by a directory glob.
+  for (const auto& e : fs::directory_iterator(o.out))
+    if (e.path().extension() == ".bin" || e.path().filename() == "manifest.json") fs::remove(e.path());
+
+  PrepSummary sum;
+  ShardWriter train(o.out, "train", tok->vocab_size(), tok->eot_id(), o.shard_tokens);
+  ShardWriter val(o.out, "val", tok->vocab_size(), tok->eot_id(), o.shard_tokens);
+  DocumentSink sink(*tok, train, val, o, sum);
+  nlohmann::json sources = nlohmann::json::array();
+  std::vector<char> iobuf(1 << 20);
+  for (const auto& in : o.inputs) {
+    std::ifstream f(in, std::ios::binary);
+    if (!f) throw std::runtime_error(in + ": cannot open");
+    f.rdbuf()->pubsetbuf(iobuf.data(), std::streamsize(iobuf.size()));
+    uint32_t crc = 0;
+    uint64_t bytes = 0;
+    std::string line;
+    while (std::getline(f, line)) {
+      const bool newline = !f.eof();
+      crc = crc32c(line.data(), line.size(), crc);
+      if (newline) crc = crc32c("\n", 1, crc);
+      bytes += line.size() + (newline ? 1 : 0);
+      if (!o.doc_separator.empty() && line == o.doc_separator) sink.end_document();
+      else sink.append_line(line, newline);
+    }
+    sink.end_document();  // a file always ends a document
+    sum.input_bytes += bytes;
+    sources.push_back({{"path", in}, {"bytes", bytes}, {"crc32c", crc}});
+  }
+  const auto& train_shards = train.finish();
+  const auto& val_shards = val.finish();
+  sum.train_tokens = train.tokens();
+  sum.val_tokens = val.tokens();
+  if (sum.train_tokens == 0) throw std::runtime_error("loom prep: the inputs hold no text for the train split");
+
+  nlohmann::json m = {{"format", "loom-tokens"},
+                      {"version", 1},
+                      {"tokenizer", tok->name()},
+                      {"vocab_size", tok->vocab_size()},
+                      {"eot_id", tok->eot_id()},
+                      {"dtype", tok->vocab_size() <= 65536 ? "uint16" : "uint32"},
+                      {"documents", sum.documents},
+                      {"val_fraction", o.val_fraction},
+                      {"doc_separator", o.doc_separator},
+                      {"seed", o.seed},
+                      {"train", split_json(train_shards, sum.train_tokens)},
+                      {"val", split_json(val_shards, sum.val_tokens)},
+                      {"sources", sources}};
+  if (o.tokenizer == "gpt2") m["tokenizer_files"] = {{"vocab", o.vocab}, {"merges", o.merges}};
+  // Written last, via a rename: a directory with a manifest is a complete one.
+  const std::string tmp = o.out + "/manifest.json.tmp";
+  {
+    std::ofstream mf(tmp);
+    mf << m.dump(2) << "\n";
+    if (!mf) throw std::runtime_error(tmp + ": write failed");
+  }
+  fs::rename(tmp, o.out + "/manifest.json");
+  sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sum;
+}
+
+}  // namespace loom

@@ -1,0 +1,33 @@
+#pragma once
+// A dataset split as a list of token shards, from any of the formats Loom reads
+// (data.format: auto | text | loom | llmc | megatron; see docs/data.md), checked against the
+// model before training starts.
+#include <string>
+#include <vector>
+
+#include "engine/data/token_shard.hpp"
+
+namespace loom {
+
+struct TokenDataset {
+  std::vector<TokenShard> shards;
+  std::string format;       // the resolved format
+  std::string source;       // the path as given, for messages
+  int declared_vocab = 0;   // vocab size a manifest or header declares, 0 if none
+  std::string declared_by;  // the file that declares it
+  size_t tokens() const;
+};
+
+// Opens `path` as `format` ("auto" detects by magic). `key` ("data.train") names the recipe key
+// in errors; `split` ("train"/"val") picks the split of a `loom prep` directory.
+// Paths: a file, a directory (a `loom prep` output with manifest.json, or a directory of shards),
+// a glob ("data/fineweb_train_*.bin"), or a Megatron PREFIX (PREFIX.idx + PREFIX.bin).
+TokenDataset open_dataset(const std::string& path, const std::string& format, const std::string& key,
+                          const std::string& split);
+
+// Before training: no empty shard, every shard at least one sample (seq_len + 1 tokens) long,
+// every token id < vocab_size, and a declared vocabulary equal to the recipe's. Throws
+// std::runtime_error naming the key, the file and what was expected.
+void validate_dataset(const TokenDataset& d, int vocab_size, int seq_len, const std::string& key);
+
+}  // namespace loom

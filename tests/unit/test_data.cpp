@@ -1,0 +1,320 @@
+// The data pipeline: `loom prep` round trips, the llm.c and Megatron readers (files written
+// here from their documented layouts), the errors for bad input, and the sampler's promises
+// (exact epoch coverage, disjoint ranks, the same global batches for any dp and micro_batch,
+// exact resume).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/data/data_loader.hpp"
+#include "engine/data/prep.hpp"
+#include "engine/data/sampler.hpp"
+#include "engine/data/token_dataset.hpp"
+
+using namespace loom;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / "loom_test_data" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+template <typename T>
+void put(std::ofstream& f, T v) {
+  f.write(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+std::vector<uint32_t> all_tokens(const TokenDataset& d) {
+  std::vector<uint32_t> out;
+  for (const auto& s : d.shards)
+    for (size_t i = 0; i < s.count; ++i) out.push_back(s.at(i));
+  return out;
+}
+
+// llm.c layout: int32 header[256] = {20240520, 1, n, 0...}, then n uint16 tokens.
+void write_llmc(const fs::path& p, const std::vector<uint16_t>& toks, int32_t magic = 20240520) {
+  std::ofstream f(p, std::ios::binary);
+  std::vector<int32_t> h(256, 0);
+  h[0] = magic;
+  h[1] = 1;
+  h[2] = int32_t(toks.size());
+  f.write(reinterpret_cast<const char*>(h.data()), 1024);
+  f.write(reinterpret_cast<const char*>(toks.data()), std::streamsize(toks.size() * 2));
+}
+
+// Megatron layout: PREFIX.idx = "MMIDIDX\0\0", u64 1, u8 dtype (8 = uint16), u64 N, u64 D+1,
+// int32 lengths[N], int64 byte pointers[N], int64 document index[D+1]; PREFIX.bin = tokens.
+void write_megatron(const fs::path& prefix, const std::vector<std::vector<uint16_t>>& seqs) {
+  std::ofstream idx(prefix.string() + ".idx", std::ios::binary), bin(prefix.string() + ".bin", std::ios::binary);
+  idx.write("MMIDIDX\0\0", 9);
+  put<uint64_t>(idx, 1);
+  put<uint8_t>(idx, 8);
+  put<uint64_t>(idx, seqs.size());
+  put<uint64_t>(idx, seqs.size() + 1);
+  for (const auto& s : seqs) put<int32_t>(idx, int32_t(s.size()));
+  int64_t ptr = 0;
+  for (const auto& s : seqs) {
+    put<int64_t>(idx, ptr);
+    ptr += int64_t(s.size()) * 2;
+  }
+  for (size_t d = 0; d <= seqs.size(); ++d) put<int64_t>(idx, int64_t(d));
+  for (const auto& s : seqs) bin.write(reinterpret_cast<const char*>(s.data()), std::streamsize(s.size() * 2));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("loom prep round trip: every document, preceded by end-of-text, lands in train or val") {
+  auto dir = fresh_dir("prep");
+  std::vector<std::string> docs;
+  {
+    std::ofstream a(dir / "a.txt"), b(dir / "b.txt");
+    for (int i = 0; i < 40; ++i) {
+      std::string d = "Document " + std::to_string(i) + " says hello.\nSecond line " + std::string(i % 7, 'x') + "\n";
+      docs.push_back(d);
+      (i < 25 ? a : b) << d << "%\n";
+    }
+  }
+  PrepOptions o;
+  o.out = (dir / "out").string();
+  o.inputs = {(dir / "a.txt").string(), (dir / "b.txt").string()};
+  o.val_fraction = 0.25;
+  o.doc_separator = "%";
+  o.shard_tokens = 300;  // several shards per split
+  PrepSummary s = run_prep(o);
+  CHECK(s.documents == 40);
+  CHECK(s.val_documents > 0);
+  CHECK(s.val_documents < 40);
+
+  TokenDataset train = open_dataset(o.out, "auto", "data.train", "train");
+  TokenDataset val = open_dataset(o.out, "auto", "data.val", "val");
+  CHECK(train.format == "loom");
+  CHECK(train.declared_vocab == 257);
+  CHECK(train.shards.size() > 1);
+  // Split each stream at the end-of-text tokens and decode the bytes.
+  std::multiset<std::string> got;
+  for (const auto* d : {&train, &val}) {
+    std::string cur;
+    bool open = false;
+    for (uint32_t t : all_tokens(*d)) {
+      if (t == 256) {
+        if (open) got.insert(cur);
+        cur.clear();
+        open = true;
+      } else {
+        cur += char(t);
+      }
+    }
+    if (open) got.insert(cur);
+  }
+  CHECK(got == std::multiset<std::string>(docs.begin(), docs.end()));
+  CHECK(train.tokens() == s.train_tokens);
+  CHECK(val.tokens() == s.val_tokens);
+
+  auto m = nlohmann::json::parse(std::ifstream(fs::path(o.out) / "manifest.json"));
+  CHECK(m["tokenizer"] == "byte");
+  CHECK(m["sources"].size() == 2);
+  CHECK(m["sources"][0]["crc32c"].get<uint32_t>() != 0);
+  // The same inputs give the same shards (the val split is a seeded function of the document).
+  run_prep(o);
+  CHECK(all_tokens(open_dataset(o.out, "loom", "data.train", "train")) == all_tokens(train));
+}
+
+TEST_CASE("llm.c shards are read, alone, as a directory and as a glob") {
+  auto dir = fresh_dir("llmc");
+  std::vector<uint16_t> t1(500), t2(300);
+  for (size_t i = 0; i < t1.size(); ++i) t1[i] = uint16_t((i * 7) % 50000);
+  for (size_t i = 0; i < t2.size(); ++i) t2[i] = uint16_t((i * 13) % 50000);
+  write_llmc(dir / "fineweb_train_000001.bin", t1);
+  write_llmc(dir / "fineweb_train_000002.bin", t2);
+  for (const std::string& path : {(dir / "fineweb_train_000001.bin").string(), dir.string(),
+                                  (dir / "fineweb_train_*.bin").string()}) {
+    TokenDataset d = open_dataset(path, "auto", "data.train", "train");
+    CHECK(d.format == "llmc");
+    auto toks = all_tokens(d);
+    REQUIRE(toks.size() >= t1.size());
+    CHECK(std::equal(t1.begin(), t1.end(), toks.begin()));
+    if (path != (dir / "fineweb_train_000001.bin").string()) CHECK(toks.size() == 800);
+  }
+}
+
+TEST_CASE("Megatron indexed datasets are read as one token stream") {
+  auto dir = fresh_dir("megatron");
+  std::vector<std::vector<uint16_t>> seqs = {{1, 2, 3}, {4, 5, 6, 7, 8}, {}, {9, 10}};
+  write_megatron(dir / "corpus_text_document", seqs);
+  for (const std::string& p : {(dir / "corpus_text_document").string(), (dir / "corpus_text_document.bin").string()}) {
+    TokenDataset d = open_dataset(p, "auto", "data.train", "train");
+    CHECK(d.format == "megatron");
+    CHECK(all_tokens(d) == std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  }
+}
+
+TEST_CASE("bad data is reported before training, naming the file and what was expected") {
+  auto dir = fresh_dir("bad");
+  std::vector<uint16_t> toks(200, 5);
+  SECTION("wrong magic") {
+    write_llmc(dir / "x.bin", toks, 12345);
+    auto msg = error_of([&] { open_dataset((dir / "x.bin").string(), "llmc", "data.train", "train"); });
+    CHECK_THAT(msg, Contains("data.train=") && Contains("x.bin") && Contains("first int32 is 12345, expected 20240520"));
+  }
+  SECTION("truncated llm.c shard") {
+    write_llmc(dir / "t.bin", toks);
+    fs::resize_file(dir / "t.bin", fs::file_size(dir / "t.bin") - 3);
+    auto msg = error_of([&] { open_dataset((dir / "t.bin").string(), "auto", "data.train", "train"); });
+    CHECK_THAT(msg, Contains("t.bin") && Contains("truncated"));
+  }
+  SECTION("truncated Loom shard and Megatron pair") {
+    PrepOptions o;
+    std::ofstream(dir / "in.txt") << std::string(5000, 'a');
+    o.out = (dir / "p").string();
+    o.inputs = {(dir / "in.txt").string()};
+    run_prep(o);
+    fs::resize_file(dir / "p" / "train_000000.bin", 1000);
+    CHECK_THAT(error_of([&] { open_dataset(o.out, "auto", "data.train", "train"); }),
+               Contains("train_000000.bin") && Contains("truncated"));
+    write_megatron(dir / "m", {{1, 2, 3, 4}});
+    fs::resize_file(dir / "m.bin", 6);
+    CHECK_THAT(error_of([&] { open_dataset((dir / "m").string(), "megatron", "data.train", "train"); }),
+               Contains("m.bin") && Contains("truncated"));
+  }
+  SECTION("token id not below vocab_size") {
+    toks[77] = 300;
+    write_llmc(dir / "v.bin", toks);
+    TokenDataset d = open_dataset((dir / "v.bin").string(), "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 257, 16, "data.train"); }),
+               Contains("v.bin contains token id 300, not below model.vocab_size=257"));
+  }
+  SECTION("empty shard") {
+    write_llmc(dir / "e.bin", {});
+    TokenDataset d = open_dataset((dir / "e.bin").string(), "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 50257, 16, "data.train"); }), Contains("e.bin is empty"));
+  }
+  SECTION("shard shorter than one sample") {
+    write_llmc(dir / "s.bin", std::vector<uint16_t>(10, 1));
+    TokenDataset d = open_dataset((dir / "s.bin").string(), "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 50257, 16, "data.train"); }),
+               Contains("s.bin holds 10 tokens, shorter than one sample of seq_len+1 = 17"));
+  }
+  SECTION("manifest vocabulary differs from the recipe's") {
+    std::ofstream(dir / "in.txt") << std::string(5000, 'b');
+    PrepOptions o;
+    o.out = (dir / "q").string();
+    o.inputs = {(dir / "in.txt").string()};
+    run_prep(o);
+    TokenDataset d = open_dataset(o.out, "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 50257, 16, "data.train"); }),
+               Contains("manifest.json declares vocab size 257 but model.vocab_size is 50257"));
+  }
+  SECTION("unrecognised format, missing path, empty glob") {
+    std::ofstream(dir / "junk.bin", std::ios::binary) << std::string("\x01\x02\x00\x04", 4) << std::string(100, '\0');
+    CHECK_THAT(error_of([&] { open_dataset((dir / "junk.bin").string(), "auto", "data.train", "train"); }),
+               Contains("junk.bin is not a format Loom recognises"));
+    CHECK_THAT(error_of([&] { open_dataset((dir / "nope").string(), "auto", "data.val", "val"); }),
+               Contains("data.val=") && Contains("no such file or directory"));
+    CHECK_THAT(error_of([&] { open_dataset((dir / "zz_*.bin").string(), "auto", "data.train", "train"); }),
+               Contains("the pattern matches no file"));
+  }
+}
+
+TEST_CASE("epoch permutations are bijections") {
+  for (uint64_t n : {1ull, 2ull, 3ull, 17ull, 1000ull, 4097ull}) {
+    EpochPermutation p(n, 42, 3);
+    std::vector<bool> seen(n, false);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t j = p(i);
+      REQUIRE(j < n);
+      REQUIRE_FALSE(seen[j]);
+      seen[j] = true;
+    }
+  }
+  // Different epochs shuffle differently.
+  EpochPermutation a(1000, 42, 0), b(1000, 42, 1);
+  int same = 0;
+  for (uint64_t i = 0; i < 1000; ++i) same += a(i) == b(i);
+  CHECK(same < 20);
+}
+
+namespace {
+// A dataset with distinct, recognisable samples: token at position i is i % 997 (+1 per shard).
+// Written once per directory: rewriting a file another loader has mapped would pull the pages
+// from under it.
+TokenDataset counting_dataset(const fs::path& dir) {
+  if (fs::exists(dir / "b.bin")) return open_dataset(dir.string(), "llmc", "data.train", "train");
+  std::vector<uint16_t> a(1601), b(999);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = uint16_t(i % 997);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint16_t(1 + i % 997);
+  write_llmc(dir / "a.bin", a);
+  write_llmc(dir / "b.bin", b);
+  return open_dataset(dir.string(), "llmc", "data.train", "train");
+}
+}  // namespace
+
+TEST_CASE("ranks cover each epoch exactly once, disjointly, with the same global batches for any layout") {
+  auto dir = fresh_dir("sampler");
+  const int T = 16, GB = 8;
+  // Concatenate every rank's share of each step, rank by rank: the global batch.
+  auto global_batches = [&](int dp, int B, int steps) {
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(steps));
+    for (int r = 0; r < dp; ++r) {
+      DataLoader dl(counting_dataset(dir), LoaderLayout{T, B, GB / (B * dp), r, dp, 7});
+      for (int s = 0; s < steps; ++s) {
+        StepBatch b = dl.next();
+        out[size_t(s)].insert(out[size_t(s)].end(), b.tokens.begin(), b.tokens.end());
+      }
+    }
+    return out;
+  };
+  const int steps = 40;
+  auto ref = global_batches(1, 4, steps);
+  CHECK(global_batches(2, 4, steps) == ref);
+  CHECK(global_batches(4, 2, steps) == ref);
+  CHECK(global_batches(2, 1, steps) == ref);
+  CHECK(global_batches(1, 8, steps) == ref);
+
+  // Exact coverage: the first S positions hold every sample once, whatever the layout, and the
+  // shares of one step never overlap.
+  DataLoader one(counting_dataset(dir), LoaderLayout{T, 4, 2, 0, 1, 7});
+  const uint64_t S = one.samples_per_epoch();
+  CHECK(S == 1600 / 16 + 998 / 16);
+  std::vector<int> count(S, 0);
+  for (uint64_t p = 0; p < S; ++p) count[one.sample_at(p)]++;
+  CHECK(std::all_of(count.begin(), count.end(), [](int c) { return c == 1; }));
+  for (int dp : {2, 4}) {
+    std::set<uint64_t> seen;
+    for (int r = 0; r < dp; ++r)
+      for (int i = 0; i < GB / dp; ++i) seen.insert(one.sample_at(uint64_t(r) * (GB / dp) + i));
+    CHECK(seen.size() == size_t(GB));
+  }
+}
+
+TEST_CASE("a loader resumed from its state continues with exactly the following batches") {
+  auto dir = fresh_dir("resume");
+  LoaderLayout layout{16, 2, 2, 1, 2, 99};
+  DataLoader a(counting_dataset(dir), layout);
+  std::vector<StepBatch> seq;
+  for (int s = 0; s < 30; ++s) seq.push_back(a.next());  // crosses an epoch boundary (S = 162, 4 per step per rank)
+  DataLoader first(counting_dataset(dir), layout);
+  for (int s = 0; s < 17; ++s) first.next();
+  LoaderState st = first.state();
+  CHECK(st.next_step == 17);
+  DataLoader resumed(counting_dataset(dir), layout, 2, st);
+  for (int s = 17; s < 30; ++s) CHECK(resumed.next().tokens == seq[size_t(s)].tokens);
+}
