@@ -15,6 +15,7 @@
 #include "engine/data/prep.hpp"
 #include "engine/data/sampler.hpp"
 #include "engine/data/token_dataset.hpp"
+#include "engine/data/tokenizer.hpp"
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -317,4 +318,29 @@ TEST_CASE("a loader resumed from its state continues with exactly the following 
   CHECK(st.next_step == 17);
   DataLoader resumed(counting_dataset(dir), layout, 2, st);
   for (int s = 17; s < 30; ++s) CHECK(resumed.next().tokens == seq[size_t(s)].tokens);
+}
+
+TEST_CASE("a long document tokenised in pieces gives the ids of encoding it whole (GPT-2 BPE)") {
+  auto dir = fresh_dir("bpe_stream");
+  // ~2.5 MB in one document, with the whitespace patterns that make cutting risky: blank lines,
+  // indented lines, trailing spaces, tabs.
+  std::string text;
+  const char* lines[] = {"The quick brown fox jumps over the lazy dog.", "", "  indented line with 'quotes' and 42",
+                         "trailing spaces   ", "\ttabbed", "Don't stop; it's fine, they'll say.", "UPPER CASE 'S"};
+  for (int i = 0; text.size() < 2'500'000; ++i) text += std::string(lines[i % 7]) + " " + std::to_string(i) + "\n";
+  std::ofstream(dir / "one.txt", std::ios::binary) << text;
+  const std::string vocab = LOOM_TEST_DATA_DIR "/bpe/vocab.json", merges = LOOM_TEST_DATA_DIR "/bpe/merges.txt";
+  PrepOptions o;
+  o.tokenizer = "gpt2";
+  o.vocab = vocab;
+  o.merges = merges;
+  o.out = (dir / "out").string();
+  o.inputs = {(dir / "one.txt").string()};
+  run_prep(o);
+  auto got = all_tokens(open_dataset(o.out, "auto", "data.train", "train"));
+  auto tok = make_gpt2_tokenizer(vocab, merges);
+  std::vector<uint32_t> want = {uint32_t(tok->eot_id())};
+  tok->encode(text, want);
+  CHECK(got.size() == want.size());
+  CHECK(got == want);
 }
