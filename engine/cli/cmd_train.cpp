@@ -8,33 +8,51 @@
 #include "engine/config/recipe_io.hpp"
 #include "engine/train/trainer.hpp"
 #include "parallel/mpi_world.hpp"
+#include "parallel/process_groups.hpp"
 
 namespace loom::cli {
 
 int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);
+  auto report = [&](std::string error) {
+    error = world.agree_on_error(error);
+    if (!error.empty() && world.rank() == 0) std::fprintf(stderr, "loom: error: %s\n", error.c_str());
+    return error.empty();
+  };
+  Recipe r;
   std::string error;
-  std::unique_ptr<Trainer> trainer;
   try {
-    Recipe r = load_recipe(a.recipe, a.sets);
+    r = load_recipe(a.recipe, a.sets);
     resolve_world(r, world.size());
-    trainer = std::make_unique<Trainer>(r, world.rank(), world.size());
   } catch (const std::exception& e) {
     error = e.what();
   }
-  error = world.agree_on_error(error);
-  if (!error.empty()) {
-    if (world.rank() == 0) std::fprintf(stderr, "loom: error: %s\n", error.c_str());
-    return 2;
+  if (!report(error)) return 2;
+
+  std::unique_ptr<parallel::ProcessGroups> groups;
+  std::unique_ptr<Trainer> trainer;
+  try {
+    groups = std::make_unique<parallel::ProcessGroups>(
+        world.comm(), parallel::GridLayout{r.parallel.tp, r.parallel.dp, r.parallel.pp});
+    trainer = std::make_unique<Trainer>(r, *groups);
+  } catch (const std::exception& e) {
+    error = e.what();
   }
+  if (!report(error)) return 2;
+
   try {
     TrainSummary s = trainer->run();
     if (world.rank() == 0)
-      std::printf("loom: trained %lld steps, final loss %.4f, %.0f tokens/s\n", (long long)s.steps, s.final_loss,
-                  s.tokens_per_s);
+      std::printf("loom: trained %lld steps, final loss %.4f%s, %.0f tokens/s, gradient reduction not hidden: %.1f ms "
+                  "in all\n",
+                  (long long)s.steps, s.final_loss,
+                  s.final_val_loss >= 0 ? (", val loss " + std::to_string(s.final_val_loss).substr(0, 6)).c_str() : "",
+                  s.tokens_per_s, s.comm_wait_s * 1e3);
   } catch (const std::exception& e) {
     world.abort(e.what(), 1);
   }
+  trainer.reset();
+  groups.reset();
   return 0;
 }
 

@@ -20,6 +20,14 @@ int cmd_config(const RecipeArgs& a, int world, bool keys);
 int cmd_bench_gemm(int n, int reps);
 int cmd_prep(const PrepOptions& o);
 
+struct CommBenchArgs {
+  std::string backend = "mpi";  // mpi | nccl
+  size_t min_bytes = 1 << 10, max_bytes = size_t(256) << 20;
+  int iters = 20;
+  std::string ops = "all_reduce,reduce_scatter,all_gather";
+};
+int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv);
+
 // This process's rank as the launcher (mpirun, srun) announces it before MPI starts, so that
 // argument errors are printed by one rank only. 0 when not launched by one.
 int launcher_rank();

@@ -47,10 +47,20 @@ int main(int argc, char** argv) {
   prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")->capture_default_str();
   prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str();
 
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate)");
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate), comm (collectives)");
   bench->require_subcommand(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measure sgemm GFLOP/s on this machine (the CPU MFU peak)");
   int gemm_n = 2048, gemm_reps = 5;
+  CommBenchArgs comm_args;
+  CLI::App* comm = bench->add_subcommand("comm", "collective bandwidth across the job (run under mpirun), nccl-tests style");
+  comm->add_option("--backend", comm_args.backend, "mpi (host buffers) or nccl (device buffers)")
+      ->check(CLI::IsMember({"mpi", "nccl"}))
+      ->capture_default_str();
+  comm->add_option("--min-bytes", comm_args.min_bytes, "smallest message")->capture_default_str();
+  comm->add_option("--max-bytes", comm_args.max_bytes, "largest message (sizes grow 4x)")->capture_default_str();
+  comm->add_option("--iters", comm_args.iters, "timed iterations per size (fewer for large messages)")
+      ->capture_default_str();
+  comm->add_option("--ops", comm_args.ops, "comma-separated collectives")->capture_default_str();
   gemm->add_option("-n", gemm_n, "matrix size")->capture_default_str();
   gemm->add_option("--reps", gemm_reps, "timed repetitions")->capture_default_str();
 
@@ -77,6 +87,7 @@ int main(int argc, char** argv) {
   }
   if (*gemm) return cmd_bench_gemm(gemm_n, gemm_reps);
   if (*prep) return cmd_prep(prep_opts);
+  if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
   std::printf("%s", app.help().c_str());
   return 0;
 }

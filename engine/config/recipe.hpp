@@ -19,6 +19,9 @@ struct ParallelConfig {
   int tp = 1;
   int pp = 1;
   int dp = 0;  // 0 means "auto": world / (tp * pp), resolved by resolve_world()
+  double bucket_mb = 25.0;          // gradient all-reduce bucket size (MiB of fp32 gradients)
+  int zero = 0;                     // 1: ZeRO-1 (optimizer state sharded over dp)
+  bool overlap_grad_reduce = true;  // launch each bucket as soon as backward completes it
 };
 
 struct TrainConfig {

@@ -26,6 +26,9 @@ std::vector<Field> make_fields() {
       {"parallel", "tp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, tp), "tensor-parallel degree; must divide n_head"},
       {"parallel", "pp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, pp), "pipeline-parallel degree; must divide n_layer"},
       {"parallel", "dp", K::IntOrAuto, 1, 1 << 20, {}, LOOM_MEMBER(parallel, dp), "data-parallel degree, or auto = world / (tp*pp)"},
+      {"parallel", "bucket_mb", K::Float, 1e-6, 1e6, {}, LOOM_MEMBER(parallel, bucket_mb), "gradient reduction bucket size in MiB (of fp32 gradients)"},
+      {"parallel", "zero", K::Int, 0, 1, {}, LOOM_MEMBER(parallel, zero), "0: replicated optimizer; 1: ZeRO-1, optimizer state and update sharded over dp"},
+      {"parallel", "overlap_grad_reduce", K::Bool, 0, 0, {}, LOOM_MEMBER(parallel, overlap_grad_reduce), "launch each gradient bucket's reduction as soon as backward completes it (false: all after backward)"},
 
       {"train", "micro_batch", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(train, micro_batch), "sequences per rank per forward/backward (B)"},
       {"train", "global_batch", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(train, global_batch), "sequences per optimizer step over all ranks, or auto = micro_batch*dp; a multiple of micro_batch*dp (the rest is gradient accumulation)"},
@@ -83,6 +86,7 @@ std::string Field::type_name() const {
     case FieldKind::Float: return "number";
     case FieldKind::String: return "string";
     case FieldKind::IntOrAuto: return "integer or auto";
+    case FieldKind::Bool: return "true | false";
   }
   return "?";
 }
@@ -116,6 +120,7 @@ std::string field_value_string(const Field& f, const Recipe& rc) {
       return v == 0 ? "auto" : std::to_string(v);
     }
     case FieldKind::String: return *static_cast<std::string*>(p);
+    case FieldKind::Bool: return *static_cast<bool*>(p) ? "true" : "false";
   }
   return "";
 }

@@ -9,7 +9,7 @@
 
 namespace loom {
 
-enum class FieldKind { Int, Int64, UInt64, Float, String, IntOrAuto };
+enum class FieldKind { Int, Int64, UInt64, Float, String, IntOrAuto, Bool };
 
 struct Field {
   std::string section;

@@ -122,6 +122,12 @@ void apply(Recipe& r, const Setting& s) {
     return;
   }
 
+  if (f->kind == FieldKind::Bool) {
+    const std::string t = v.IsScalar() ? v.Scalar() : "";
+    if (t == "true" || t == "false") *static_cast<bool*>(p) = t == "true";
+    else fail(s.where, name + ": expected true or false, got " + (v.IsScalar() ? "'" + t + "'" : node_kind(v)));
+    return;
+  }
   if (!v.IsScalar() || v.Scalar().empty())
     fail(s.where, name + ": expected " + std::string(f->kind == FieldKind::Float ? "a number" : "an integer") +
                       ", got " + node_kind(v));
@@ -174,7 +180,8 @@ void apply(Recipe& r, const Setting& s) {
       *static_cast<double*>(p) = x;
       return;
     }
-    case FieldKind::String: break;
+    case FieldKind::String:
+    case FieldKind::Bool: break;
   }
 }
 

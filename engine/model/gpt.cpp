@@ -111,6 +111,9 @@ void Gpt::backward() {
   be_.matmul_backward(dln_, g("wte"), nullptr, logits_, lnf_, p("wte"), N, C, shape_.vocab_pad);
   be_.layernorm_backward(dresidual_, g("ln_f.weight"), g("ln_f.bias"), dln_, acts_[L - 1].res3, p("ln_f.weight"),
                          lnf_mean_, lnf_rstd_, N, C);
+  // wte (offset 0) also gets the embedding's gradient at the very end, so the head finishes
+  // only ln_f; each block then finishes its own contiguous range.
+  if (grad_ready_) grad_ready_(table_.find("ln_f.weight").offset);
   // dresidual_ now holds dL/d(residual stream) at the output of the current block; each
   // LayerNorm backward adds its branch's contribution as the stream passes its fork.
   for (int l = L - 1; l >= 0; --l) {
@@ -127,8 +130,10 @@ void Gpt::backward() {
     be_.attention_backward(dqkv_, datty_, a.qkv, a.atty, a.att, B_, T, C, NH);
     be_.matmul_backward(dln_, dw.qkvw, dw.qkvb, dqkv_, a.ln1, w.qkvw, N, C, 3 * C);
     be_.layernorm_backward(dresidual_, dw.ln1w, dw.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    if (grad_ready_) grad_ready_(size_t(dw.ln1w - grads_));
   }
   be_.encoder_backward(g("wte"), g("wpe"), dresidual_, tokens_, B_, T, C);
+  if (grad_ready_) grad_ready_(0);
   have_grad_logits_ = false;
 }
 

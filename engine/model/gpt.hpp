@@ -4,6 +4,7 @@
 // token embedding, fused softmax cross-entropy. Buffers are allocated once for a fixed micro
 // batch B; shapes are noted on every buffer (N = B*T).
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/model/gpt_shape.hpp"
@@ -37,7 +38,11 @@ class Gpt {
   // ready for backward(); use dloss = 1/(B*T*micro_steps) for a mean over the global batch.
   double forward(const int32_t* tokens, const int32_t* targets, float dloss);
   // Accumulates parameter gradients into grads(). Requires the previous forward with dloss != 0.
+  // If a hook is set, backward calls it with an offset each time every gradient at or after that
+  // offset of the flat buffer is final (after the head, after each block, after the embedding),
+  // which is what bucketed data-parallel reduction needs to overlap with backward.
   void backward();
+  void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_ = std::move(hook); }
   // Logits (B,T,Vp) of the last forward with dloss == 0, downloaded to host.
   std::vector<float> logits() const;
 
@@ -82,6 +87,7 @@ class Gpt {
   std::vector<float*> owned_;
   size_t act_floats_ = 0;
   bool have_grad_logits_ = false;
+  std::function<void(size_t)> grad_ready_;
   float* alloc(size_t n, bool activation = true);
 };
 

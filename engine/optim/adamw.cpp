@@ -1,28 +1,46 @@
 #include "engine/optim/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace loom {
 
-AdamW::AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper)
-    : be_(backend), table_(table), h_(hyper), m_(backend.alloc(table.total())), v_(backend.alloc(table.total())) {}
+AdamW::AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<FlatRange> owned)
+    : be_(backend), table_(table), h_(hyper), owned_(std::move(owned)) {
+  if (owned_.empty()) owned_ = {{0, table.total()}};
+  for (const auto& r : owned_) owned_size_ += r.end - r.begin;
+  m_ = be_.alloc(std::max<size_t>(owned_size_, 1));
+  v_ = be_.alloc(std::max<size_t>(owned_size_, 1));
+}
 
 AdamW::~AdamW() {
   be_.release(m_);
   be_.release(v_);
 }
 
-void AdamW::step(float* params, const float* grads, double lr, int64_t t) {
-  for (const ParamInfo& p : table_.params()) {
-    const double wd = p.weight_decay ? h_.weight_decay : 0.0;
-    be_.adamw_update(params + p.offset, grads + p.offset, m_ + p.offset, v_ + p.offset, p.numel, float(lr),
-                     float(h_.beta1), float(h_.beta2), float(h_.eps), float(wd), t);
+void AdamW::step(float* params, const float* packed_grads, double lr, int64_t t) {
+  size_t packed = 0;  // offset of the current range in the packed buffers
+  for (const FlatRange& r : owned_) {
+    // The parameters this range overlaps, each with its own weight decay.
+    for (const ParamInfo& p : table_.params()) {
+      const size_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
+      if (lo >= hi) continue;
+      const size_t k = packed + (lo - r.begin);
+      const double wd = p.weight_decay ? h_.weight_decay : 0.0;
+      be_.adamw_update(params + lo, packed_grads + k, m_ + k, v_ + k, hi - lo, float(lr), float(h_.beta1),
+                       float(h_.beta2), float(h_.eps), float(wd), t);
+    }
+    packed += r.end - r.begin;
   }
+}
+
+void clip_by_norm(Backend& be, float* grads, size_t n, double norm, double clip) {
+  if (clip > 0 && norm > clip) be.scale(grads, n, float(clip / (norm + 1e-6)));
 }
 
 double clip_grad_norm(Backend& be, float* grads, size_t n, double clip) {
   const double norm = std::sqrt(be.sum_squares(grads, n));
-  if (clip > 0 && norm > clip) be.scale(grads, n, float(clip / (norm + 1e-6)));
+  clip_by_norm(be, grads, n, norm, clip);
   return norm;
 }
 

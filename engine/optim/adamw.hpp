@@ -1,7 +1,11 @@
 #pragma once
-// AdamW over the model's flat parameter buffer: moments m and v are flat buffers with the
-// parameter table's offsets; weight decay applies to the tensors the table marks for it.
+// AdamW over (part of) the model's flat parameter buffer. The optimizer owns a list of ranges of
+// the flat buffer: all of it normally, this rank's ZeRO-1 shard otherwise. Its moments m and v
+// and the gradients it is given are packed in the order of those ranges, so optimizer memory
+// is proportional to what the rank owns. Weight decay follows the parameter table.
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "engine/model/param_table.hpp"
 #include "kernels/backend.hpp"
@@ -12,29 +16,40 @@ struct AdamWHyper {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
+struct FlatRange {
+  size_t begin = 0, end = 0;
+};
+
 class AdamW {
  public:
-  AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper);
+  // `owned` empty means the whole buffer.
+  AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<FlatRange> owned = {});
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // One update with learning rate `lr`; t counts updates from 1 (bias correction).
-  void step(float* params, const float* grads, double lr, int64_t t);
+  // One update of the owned parameters with learning rate `lr`; `packed_grads` holds the
+  // gradients of the owned ranges, packed. t counts updates from 1 (bias correction).
+  void step(float* params, const float* packed_grads, double lr, int64_t t);
   float* m() { return m_; }
   float* v() { return v_; }
-  size_t state_bytes() const { return 2 * table_.total() * sizeof(float); }
+  size_t owned_size() const { return owned_size_; }
+  size_t state_bytes() const { return 2 * owned_size_ * sizeof(float); }
 
  private:
   Backend& be_;
   const ParamTable& table_;
   AdamWHyper h_;
+  std::vector<FlatRange> owned_;
+  size_t owned_size_ = 0;
   float* m_;
   float* v_;
 };
 
-// Global L2 norm of the flat gradient buffer; if clip > 0 and the norm exceeds it, scales the
-// gradients by clip / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the pre-clip norm.
+// Global L2 norm from a sum of squares, and clipping: if clip > 0 and norm > clip, scales the n
+// gradients by clip / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_).
+void clip_by_norm(Backend& be, float* grads, size_t n, double norm, double clip);
+// Both in one, for gradients that are complete on this rank. Returns the pre-clip norm.
 double clip_grad_norm(Backend& be, float* grads, size_t n, double clip);
 
 }  // namespace loom

@@ -1,6 +1,9 @@
 #include "engine/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -12,20 +15,23 @@ namespace loom {
 
 void Trainer::check_supported() const {
   // What this build does not do yet is refused up front, by name, rather than run wrongly.
-  if (r_.parallel.tp != 1 || r_.parallel.pp != 1 || r_.parallel.dp != 1)
-    throw std::runtime_error("parallel: tp=" + std::to_string(r_.parallel.tp) + " pp=" + std::to_string(r_.parallel.pp) +
-                             " dp=" + std::to_string(r_.parallel.dp) +
-                             ": this build trains on one rank only (tp=pp=dp=1); run without mpirun -np >1");
+  if (r_.parallel.tp != 1 || r_.parallel.pp != 1)
+    throw std::runtime_error("parallel.tp=" + std::to_string(r_.parallel.tp) + ", parallel.pp=" +
+                             std::to_string(r_.parallel.pp) +
+                             ": this build does data parallelism only (tp = pp = 1); tensor and pipeline "
+                             "parallelism are not implemented yet");
   if (!r_.checkpoint.dir.empty())
     throw std::runtime_error("checkpoint.dir=" + r_.checkpoint.dir +
                              ": checkpoints are not implemented in this build yet; set checkpoint.dir to \"\"");
 }
 
-Trainer::Trainer(const Recipe& recipe, int rank, int world) : r_(recipe), rank_(rank), world_(world) {
+Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
+    : r_(recipe), groups_(groups), rank_(groups.world_rank()), world_(groups.layout().world()) {
   check_supported();
   // Data first: a bad path or shard is reported before any model memory is allocated.
   const auto& m = r_.model;
-  layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), 0, r_.parallel.dp, r_.train.seed};
+  layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
+                         r_.train.seed};
   TokenDataset train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
   validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
   if (!r_.data.val.empty()) {
@@ -46,14 +52,23 @@ Trainer::Trainer(const Recipe& recipe, int rank, int world) : r_(recipe), rank_(
   std::vector<float> init(model_->num_params());
   init_params(model_->table(), shape, r_.train.seed, init.data());
   model_->set_params(init.data());
+  const size_t bucket = std::max<size_t>(1, size_t(r_.parallel.bucket_mb * (1 << 20) / sizeof(float)));
+  grad_sync_ = std::make_unique<parallel::GradSync>(groups.dp(), model_->grads(), model_->num_params(), bucket,
+                                                    r_.parallel.zero == 1,
+                                                    [this](size_t n) { return backend_->alloc(n); });
+  std::vector<FlatRange> owned;
+  for (const auto& rg : grad_sync_->owned()) owned.push_back({rg.begin, rg.end});
   const auto& o = r_.optim;
-  optim_ = std::make_unique<AdamW>(*backend_, model_->table(), AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay});
+  optim_ = std::make_unique<AdamW>(*backend_, model_->table(), AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay},
+                                   owned);
   schedule_ = LrSchedule{o.lr, o.min_lr, o.warmup_steps, r_.train.steps};
   if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(r_.log.dir);
   peak_flops_ = backend_->peak_flops();
 }
 
 Trainer::~Trainer() = default;
+
+double Trainer::dp_mean(double local) { return groups_.dp().sum_ordered(local) / r_.parallel.dp; }
 
 double Trainer::evaluate() {
   const int B = r_.train.micro_batch, T = r_.model.seq_len;
@@ -62,11 +77,11 @@ double Trainer::evaluate() {
   for (const StepBatch& b : val_batches_)
     for (int micro = 0; micro < layout_.micro_steps; ++micro, ++n)
       sum += model_->forward(b.tokens.data() + size_t(micro) * B * T, b.targets.data() + size_t(micro) * B * T, 0.0f);
-  return sum / n;
+  return dp_mean(sum / n);
 }
 
 void Trainer::log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
-                       double wait_s) {
+                       double wait_s, double comm_s) {
   const double tokens = double(r_.global_batch_resolved()) * r_.model.seq_len;
   const double tok_s = tokens / step_s;
   const double mfu = model_->shape().flops_per_token() * tok_s / (peak_flops_ * world_);
@@ -74,33 +89,37 @@ void Trainer::log_step(int64_t step, double loss, double val_loss, double lr, do
       {"step", double(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}};
   if (val_loss >= 0) fields.emplace_back("val_loss", val_loss);
   fields.insert(fields.end(), {{"tokens_per_s", tok_s}, {"mfu", mfu}, {"step_ms", step_s * 1e3},
-                               {"data_wait_ms", wait_s * 1e3}});
+                               {"data_wait_ms", wait_s * 1e3}, {"comm_wait_ms", comm_s * 1e3}});
   metrics_->write(fields);
   char val[32] = "";
   if (val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", val_loss);
   std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms | "
-              "data wait %.1f ms\n",
+              "data wait %.1f ms | comm wait %.1f ms\n",
               (long long)step + 1, (long long)r_.train.steps, loss, val, lr, grad_norm, tok_s, 100 * mfu, step_s * 1e3,
-              wait_s * 1e3);
+              wait_s * 1e3, comm_s * 1e3);
   std::fflush(stdout);
 }
 
 TrainSummary Trainer::run() {
   const int B = r_.train.micro_batch, T = r_.model.seq_len;
   const int accum = layout_.micro_steps;
-  const float dloss = 1.0f / float(size_t(B) * T * accum);  // mean over the global batch
+  // Each rank's backward adds 1/(global tokens) per token, so the sum over dp is the gradient of
+  // the mean loss over the global batch.
+  const float dloss = 1.0f / float(size_t(r_.global_batch_resolved()) * T);
   Gpt& model = *model_;
   if (rank_ == 0) {
     std::printf("loom: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d | %.2fM params | "
                 "global batch %d = micro %d x accum %d x dp %d | %llu samples per epoch | backend %s, peak %.1f "
-                "GFLOP/s\n",
+                "GFLOP/s | zero %d: optimizer state %.2f MB per rank, %zu gradient buckets\n",
                 r_.model.n_layer, r_.model.n_head, r_.model.d_model, r_.model.vocab_size, model.shape().vocab_pad, T,
                 model.num_params() / 1e6, r_.global_batch_resolved(), B, accum, r_.parallel.dp,
-                (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(), peak_flops_ / 1e9);
+                (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(), peak_flops_ / 1e9,
+                r_.parallel.zero, optim_->state_bytes() / 1e6, grad_sync_->bucket_count());
     std::fflush(stdout);
   }
   TrainSummary summary;
   double timed_s = 0, last_wait = 0;
+  parallel::GradSync& sync = *grad_sync_;
   for (int64_t step = 0; step < r_.train.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     StepBatch batch = train_data_->next();
@@ -109,12 +128,24 @@ TrainSummary Trainer::run() {
     for (int micro = 0; micro < accum; ++micro) {
       const size_t off = size_t(micro) * B * T;
       loss += model.forward(batch.tokens.data() + off, batch.targets.data() + off, dloss);
+      // Gradient accumulation communicates nothing until the last micro-step, whose backward
+      // launches each bucket as soon as it is complete.
+      const bool overlap = micro + 1 == accum && r_.parallel.overlap_grad_reduce;
+      model.set_grad_ready_hook(overlap ? std::function<void(size_t)>([&](size_t o) { sync.grads_ready_from(o); })
+                                        : nullptr);
       model.backward();
     }
-    loss /= accum;
-    const double norm = clip_grad_norm(*backend_, model.grads(), model.num_params(), r_.optim.grad_clip);
+    model.set_grad_ready_hook(nullptr);
+    const double comm_s = sync.finish();
+    summary.comm_wait_s += comm_s;
+    // Each element of the global gradient is counted once: owned shards under ZeRO-1.
+    const double local_sq = backend_->sum_squares(sync.owned_grads(), sync.owned_size());
+    const double norm = std::sqrt(sync.zero1() ? groups_.dp().sum_ordered(local_sq) : local_sq);
+    clip_by_norm(*backend_, sync.owned_grads(), sync.owned_size(), norm, r_.optim.grad_clip);
     const double lr = schedule_.at(step);
-    optim_->step(model.params(), model.grads(), lr, step + 1);
+    optim_->step(model.params(), sync.owned_grads(), lr, step + 1);
+    sync.gather_params(model.params());
+    loss = dp_mean(loss / accum);
     backend_->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step > 0) timed_s += dt;
@@ -127,7 +158,7 @@ TrainSummary Trainer::run() {
     summary.final_loss = loss;
     summary.steps = step + 1;
     if (rank_ == 0 && (step % r_.log.every == 0 || last || val_loss >= 0)) {
-      log_step(step, loss, val_loss, lr, norm, dt, train_data_->wait_seconds() - last_wait);
+      log_step(step, loss, val_loss, lr, norm, dt, train_data_->wait_seconds() - last_wait, comm_s);
       last_wait = train_data_->wait_seconds();
     }
   }

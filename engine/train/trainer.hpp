@@ -14,6 +14,8 @@
 #include "engine/optim/lr_schedule.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/op_timer.hpp"
+#include "parallel/grad_sync.hpp"
+#include "parallel/process_groups.hpp"
 
 namespace loom {
 
@@ -22,13 +24,14 @@ struct TrainSummary {
   double final_loss = 0;
   double final_val_loss = -1;  // -1: no evaluation
   double tokens_per_s = 0;     // over all steps after the first
+  double comm_wait_s = 0;      // gradient reduction time not hidden behind backward, all steps
 };
 
 class Trainer {
  public:
-  // `rank`/`world` are this process's place in the job. Throws std::runtime_error (or
+  // `groups` places this rank in the tp x dp x pp grid. Throws std::runtime_error (or
   // ConfigError/BackendError) with a message naming the key or file at fault.
-  Trainer(const Recipe& recipe, int rank, int world);
+  Trainer(const Recipe& recipe, parallel::ProcessGroups& groups);
   ~Trainer();
   TrainSummary run();
   Gpt& model() { return *model_; }
@@ -37,9 +40,11 @@ class Trainer {
   void check_supported() const;
   double evaluate();
   void log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
-                double wait_s);
+                double wait_s, double comm_s);
+  double dp_mean(double local);  // the mean over data-parallel ranks, identical on every rank
 
   Recipe r_;
+  parallel::ProcessGroups& groups_;
   int rank_, world_;
   std::unique_ptr<Backend> backend_;
   OpTimer* op_timer_ = nullptr;  // set when LOOM_PROFILE_OPS=1 wraps the backend
@@ -47,6 +52,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_data_;
   std::vector<StepBatch> val_batches_;
   std::unique_ptr<Gpt> model_;
+  std::unique_ptr<parallel::GradSync> grad_sync_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<MetricsLog> metrics_;
   LrSchedule schedule_;

@@ -20,4 +20,15 @@ set -e
 [ "$rc" = 2 ] || fail "bad world: mpirun exited $rc, expected 2"
 n=$(grep -c "the world has 3 ranks" "$WORK/err2" || true)
 [ "$n" = 1 ] || fail "bad world: the error was printed $n times"
+# Only rank 0 fails (it alone opens the metrics file; here under a regular file): the other
+# ranks must neither go on without it nor wait for it forever.
+corpus
+set +e
+timeout 60 "$MPIEXEC" --oversubscribe -np 4 "$LOOM" train "$SRC/configs/tiny.yaml" \
+  --set data.train="$SRC/data/fortunes" --set data.val="$SRC/data/fortunes" --set log.dir=/etc/hostname/run 2> "$WORK/err3"; rc=$?
+set -e
+cat "$WORK/err3"
+[ "$rc" = 2 ] || fail "one failing rank: mpirun exited $rc, expected 2"
+n=$(grep -c "rank 0: log.dir=/etc/hostname/run" "$WORK/err3" || true)
+[ "$n" = 1 ] || fail "one failing rank: the error naming rank 0 was printed $n times"
 echo PASS

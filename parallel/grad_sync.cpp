@@ -1,0 +1,72 @@
+#include "parallel/grad_sync.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace loom::parallel {
+
+GradSync::GradSync(Communicator& dp, float* grads, size_t n, size_t bucket_elems, bool zero1,
+                   const std::function<float*(size_t)>& alloc)
+    : dp_(dp), grads_(grads), n_(n), zero1_(zero1) {
+  if (bucket_elems == 0) throw std::invalid_argument("GradSync: bucket size must be positive");
+  for (size_t end = n; end > 0;) {
+    const size_t begin = end > bucket_elems ? end - bucket_elems : 0;
+    Bucket b;
+    b.range = {begin, end};
+    buckets_.push_back(std::move(b));
+    end = begin;
+  }
+  if (!zero1_) {
+    owned_ = {{0, n}};
+    owned_size_ = n;
+    return;
+  }
+  const size_t me = size_t(dp_.rank());
+  for (Bucket& b : buckets_) {
+    b.counts = even_counts(b.range.size(), dp_.size());
+    size_t part_begin = b.range.begin;
+    for (size_t r = 0; r < me; ++r) part_begin += b.counts[r];
+    b.shard_offset = owned_size_;
+    if (b.counts[me]) owned_.push_back({part_begin, part_begin + b.counts[me]});
+    owned_size_ += b.counts[me];
+  }
+  shard_ = alloc(std::max<size_t>(owned_size_, 1));
+}
+
+GradSync::~GradSync() {
+  // Never leave a reduction running into freed memory.
+  for (Bucket& b : buckets_)
+    if (b.pending) b.pending->wait();
+}
+
+void GradSync::launch(Bucket& b) {
+  float* base = grads_ + b.range.begin;
+  if (zero1_) b.pending = dp_.ireduce_scatter(base, shard_ + b.shard_offset, b.counts);
+  else b.pending = dp_.iall_reduce(base, b.range.size(), ReduceOp::Sum);
+  b.launched = true;
+}
+
+void GradSync::grads_ready_from(size_t offset) {
+  while (next_ < buckets_.size() && buckets_[next_].range.begin >= offset) launch(buckets_[next_++]);
+}
+
+double GradSync::finish() {
+  grads_ready_from(0);
+  auto t0 = std::chrono::steady_clock::now();
+  for (Bucket& b : buckets_) {
+    b.pending->wait();
+    b.pending.reset();
+    b.launched = false;
+  }
+  next_ = 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GradSync::gather_params(float* params) {
+  if (!zero1_) return;
+  std::vector<RequestPtr> reqs;
+  for (Bucket& b : buckets_) reqs.push_back(dp_.iall_gather(params + b.range.begin, b.counts));
+  for (auto& r : reqs) r->wait();
+}
+
+}  // namespace loom::parallel

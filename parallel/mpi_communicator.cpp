@@ -1,0 +1,191 @@
+#include "parallel/mpi_communicator.hpp"
+
+#include <climits>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace loom::parallel {
+namespace {
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw std::runtime_error(std::string(what) + " failed: " + std::string(msg, size_t(len)));
+  }
+}
+
+int as_int(size_t n) {
+  if (n > size_t(INT_MAX)) throw std::runtime_error("MPI message of " + std::to_string(n) + " elements exceeds INT_MAX");
+  return int(n);
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+
+// A request completed by the worker thread.
+struct WorkerRequest final : Request {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  void wait() override {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return done; });
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+struct MpiRequest final : Request {
+  MPI_Request req = MPI_REQUEST_NULL;
+  void wait() override { check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); }
+};
+
+void displacements(const std::vector<size_t>& counts, std::vector<int>& cnt, std::vector<int>& disp) {
+  size_t off = 0;
+  cnt.clear();
+  disp.clear();
+  for (size_t c : counts) {
+    cnt.push_back(as_int(c));
+    disp.push_back(as_int(off));
+    off += c;
+  }
+}
+
+void do_all_reduce(MPI_Comm c, float* buf, size_t n, ReduceOp op) {
+  if (n == 0) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(n), MPI_FLOAT, mpi_op(op), c), "MPI_Allreduce");
+}
+
+void do_reduce_scatter(MPI_Comm c, const float* send, float* recv, const std::vector<size_t>& counts) {
+  std::vector<int> cnt, disp;
+  displacements(counts, cnt, disp);
+  size_t total = 0;
+  for (size_t x : counts) total += x;
+  if (total == 0) return;
+  check(MPI_Reduce_scatter(send, recv, cnt.data(), MPI_FLOAT, MPI_SUM, c), "MPI_Reduce_scatter");
+}
+
+void do_all_gather(MPI_Comm c, float* buf, const std::vector<size_t>& counts) {
+  std::vector<int> cnt, disp;
+  displacements(counts, cnt, disp);
+  size_t total = 0;
+  for (size_t x : counts) total += x;
+  if (total == 0) return;
+  check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt.data(), disp.data(), MPI_FLOAT, c), "MPI_Allgatherv");
+}
+
+}  // namespace
+
+std::vector<size_t> even_counts(size_t n, int parts) {
+  std::vector<size_t> c(size_t(parts), n / size_t(parts));
+  for (size_t i = 0; i < n % size_t(parts); ++i) c[i]++;
+  return c;
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
+  check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check(MPI_Comm_dup(comm, &worker_comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(worker_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    MPI_Comm_free(&comm_);
+    MPI_Comm_free(&worker_comm_);
+  }
+}
+
+void MpiCommunicator::worker_loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+RequestPtr MpiCommunicator::post(std::function<void(MPI_Comm)> op) {
+  auto req = std::make_unique<WorkerRequest>();
+  WorkerRequest* r = req.get();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back([this, r, op = std::move(op)] {
+      std::exception_ptr err;
+      try {
+        op(worker_comm_);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lk2(r->mu);
+      r->error = err;
+      r->done = true;
+      r->cv.notify_all();
+    });
+  }
+  cv_.notify_all();
+  return req;
+}
+
+void MpiCommunicator::all_reduce(float* buf, size_t n, ReduceOp op) { do_all_reduce(comm_, buf, n, op); }
+RequestPtr MpiCommunicator::iall_reduce(float* buf, size_t n, ReduceOp op) {
+  return post([=](MPI_Comm c) { do_all_reduce(c, buf, n, op); });
+}
+void MpiCommunicator::reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
+  do_reduce_scatter(comm_, send, recv, counts);
+}
+RequestPtr MpiCommunicator::ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
+  return post([=](MPI_Comm c) { do_reduce_scatter(c, send, recv, counts); });
+}
+void MpiCommunicator::all_gather(float* buf, const std::vector<size_t>& counts) { do_all_gather(comm_, buf, counts); }
+RequestPtr MpiCommunicator::iall_gather(float* buf, const std::vector<size_t>& counts) {
+  return post([=](MPI_Comm c) { do_all_gather(c, buf, counts); });
+}
+void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
+  if (n) check(MPI_Bcast(buf, as_int(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
+}
+void MpiCommunicator::send(const float* buf, size_t n, int peer, int tag) {
+  check(MPI_Send(buf, as_int(n), MPI_FLOAT, peer, tag, comm_), "MPI_Send");
+}
+void MpiCommunicator::recv(float* buf, size_t n, int peer, int tag) {
+  check(MPI_Recv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+}
+RequestPtr MpiCommunicator::isend(const float* buf, size_t n, int peer, int tag) {
+  auto r = std::make_unique<MpiRequest>();
+  check(MPI_Isend(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Isend");
+  return r;
+}
+RequestPtr MpiCommunicator::irecv(float* buf, size_t n, int peer, int tag) {
+  auto r = std::make_unique<MpiRequest>();
+  check(MPI_Irecv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Irecv");
+  return r;
+}
+void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+double MpiCommunicator::sum_ordered(double local) {
+  std::vector<double> all(size_t(size_), 0.0);
+  check(MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_), "MPI_Allgather");
+  double s = 0;
+  for (double v : all) s += v;
+  return s;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,61 @@
+#pragma once
+// Communicator over an MPI communicator, for host buffers.
+//
+// Non-blocking collectives run on a worker thread that owns a duplicate of the communicator
+// and executes them in the order they were issued (the same order on every rank). Open MPI's
+// own MPI_I* collectives advance only inside MPI calls made by the caller, so during a backward
+// pass nothing would move; the worker gives real overlap wherever a core is free. Needs
+// MPI_THREAD_MULTIPLE (MpiWorld asks for it).
+#include <mpi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "parallel/communicator.hpp"
+
+namespace loom::parallel {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Duplicates `comm` (twice: one for blocking calls, one for the worker). Collective.
+  explicit MpiCommunicator(MPI_Comm comm);
+  ~MpiCommunicator() override;
+
+  std::string backend() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm comm() const { return comm_; }
+
+  void all_reduce(float* buf, size_t n, ReduceOp op) override;
+  RequestPtr iall_reduce(float* buf, size_t n, ReduceOp op) override;
+  void reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) override;
+  RequestPtr ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) override;
+  void all_gather(float* buf, const std::vector<size_t>& counts) override;
+  RequestPtr iall_gather(float* buf, const std::vector<size_t>& counts) override;
+  void broadcast(float* buf, size_t n, int root) override;
+  void send(const float* buf, size_t n, int peer, int tag) override;
+  void recv(float* buf, size_t n, int peer, int tag) override;
+  RequestPtr isend(const float* buf, size_t n, int peer, int tag) override;
+  RequestPtr irecv(float* buf, size_t n, int peer, int tag) override;
+  void barrier() override;
+
+  // Scalars in double, reduced in rank order so every rank gets the bitwise-same sum.
+  double sum_ordered(double local);
+
+ private:
+  RequestPtr post(std::function<void(MPI_Comm)> op);
+  void worker_loop();
+
+  MPI_Comm comm_ = MPI_COMM_NULL, worker_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,153 @@
+#include "parallel/nccl_communicator.hpp"
+
+#include "parallel/comm_bench.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#ifdef LOOM_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace loom::parallel {
+
+#ifdef LOOM_HAVE_NCCL
+namespace {
+
+void nccl_check(ncclResult_t r, const char* what, int rank) {
+  if (r != ncclSuccess)
+    throw std::runtime_error(std::string(what) + " failed on group rank " + std::to_string(rank) + ": " +
+                             ncclGetErrorString(r));
+}
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+struct EventRequest final : Request {
+  cudaEvent_t ev = nullptr;
+  ~EventRequest() override {
+    if (ev) cudaEventDestroy(ev);
+  }
+  void wait() override { cuda_check(cudaEventSynchronize(ev), "cudaEventSynchronize"); }
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm comm, int device) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &size_);
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    ncclUniqueId id;
+    if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", rank_);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
+    nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", rank_);
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~NcclCommunicator() override {
+    if (comm_) ncclCommDestroy(comm_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  std::string backend() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce(float* buf, size_t n, ReduceOp op) override { iall_reduce(buf, n, op)->wait(); }
+  RequestPtr iall_reduce(float* buf, size_t n, ReduceOp op) override {
+    nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
+               "ncclAllReduce", rank_);
+    return record();
+  }
+  void reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) override {
+    ireduce_scatter(send, recv, counts)->wait();
+  }
+  RequestPtr ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) override {
+    // NCCL's reduce-scatter needs equal parts: uneven parts become one reduce per rank.
+    nccl_check(ncclGroupStart(), "ncclGroupStart", rank_);
+    size_t off = 0;
+    for (int r = 0; r < size_; ++r) {
+      nccl_check(ncclReduce(send + off, recv, counts[size_t(r)], ncclFloat, ncclSum, r, comm_, stream_), "ncclReduce",
+                 rank_);
+      off += counts[size_t(r)];
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", rank_);
+    return record();
+  }
+  void all_gather(float* buf, const std::vector<size_t>& counts) override { iall_gather(buf, counts)->wait(); }
+  RequestPtr iall_gather(float* buf, const std::vector<size_t>& counts) override {
+    nccl_check(ncclGroupStart(), "ncclGroupStart", rank_);
+    size_t off = 0;
+    for (int r = 0; r < size_; ++r) {
+      nccl_check(ncclBroadcast(buf + off, buf + off, counts[size_t(r)], ncclFloat, r, comm_, stream_),
+                 "ncclBroadcast", rank_);
+      off += counts[size_t(r)];
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd", rank_);
+    return record();
+  }
+  void broadcast(float* buf, size_t n, int root) override {
+    nccl_check(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast", rank_);
+    record()->wait();
+  }
+  void send(const float* buf, size_t n, int peer, int tag) override { isend(buf, n, peer, tag)->wait(); }
+  void recv(float* buf, size_t n, int peer, int tag) override { irecv(buf, n, peer, tag)->wait(); }
+  RequestPtr isend(const float* buf, size_t n, int peer, int /*tag: NCCL orders by issue*/) override {
+    nccl_check(ncclSend(buf, n, ncclFloat, peer, comm_, stream_), "ncclSend", rank_);
+    return record();
+  }
+  RequestPtr irecv(float* buf, size_t n, int peer, int /*tag*/) override {
+    nccl_check(ncclRecv(buf, n, ncclFloat, peer, comm_, stream_), "ncclRecv", rank_);
+    return record();
+  }
+  void barrier() override {
+    float* dummy = nullptr;
+    cuda_check(cudaMallocAsync(reinterpret_cast<void**>(&dummy), sizeof(float), stream_), "cudaMallocAsync");
+    all_reduce(dummy, 1, ReduceOp::Sum);
+    cudaFreeAsync(dummy, stream_);
+  }
+
+ private:
+  RequestPtr record() {
+    auto r = std::make_unique<EventRequest>();
+    cuda_check(cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventRecord(r->ev, stream_), "cudaEventRecord");
+    return r;
+  }
+  int rank_ = 0, size_ = 1;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device) {
+  return std::make_unique<NcclCommunicator>(comm, device);
+}
+
+BenchMemory device_bench_memory(int device) {
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  return {[](size_t n) {
+            void* p = nullptr;
+            cuda_check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)), "cudaMalloc");
+            return static_cast<float*>(p);
+          },
+          [](float* p) { cudaFree(p); },
+          [](float* d, const float* h, size_t n) {
+            cuda_check(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+          },
+          [](float* h, const float* s, size_t n) {
+            cuda_check(cudaMemcpy(h, s, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          }};
+}
+#else
+BenchMemory device_bench_memory(int) {
+  throw std::runtime_error("this loom was built without CUDA/NCCL: no device buffers for the NCCL benchmark");
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int) {
+  throw std::runtime_error("this loom was built without NCCL (CUDA toolkit or nccl.h not found at configure time)");
+}
+#endif
+
+}  // namespace loom::parallel

@@ -1,0 +1,32 @@
+#include "parallel/process_groups.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace loom::parallel {
+namespace {
+std::unique_ptr<MpiCommunicator> split(MPI_Comm world, int color, int key) {
+  MPI_Comm c;
+  if (MPI_Comm_split(world, color, key, &c) != MPI_SUCCESS) throw std::runtime_error("MPI_Comm_split failed");
+  auto comm = std::make_unique<MpiCommunicator>(c);  // duplicates c
+  MPI_Comm_free(&c);
+  return comm;
+}
+}  // namespace
+
+ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout) {
+  int size = 0;
+  MPI_Comm_rank(world, &rank_);
+  MPI_Comm_size(world, &size);
+  if (size != layout.world())
+    throw std::runtime_error("process grid tp=" + std::to_string(layout.tp) + " x dp=" + std::to_string(layout.dp) +
+                             " x pp=" + std::to_string(layout.pp) + " needs " + std::to_string(layout.world()) +
+                             " ranks, the world has " + std::to_string(size));
+  const auto c = layout.coord(rank_);
+  world_ = split(world, 0, rank_);
+  tp_ = split(world, c.pp * layout.dp + c.dp, c.tp);
+  dp_ = split(world, c.pp * layout.tp + c.tp, c.dp);
+  pp_ = split(world, c.dp * layout.tp + c.tp, c.pp);
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,32 @@
+#pragma once
+// This rank's place in the tp x dp x pp grid and a communicator for each of its groups
+// (MPI_Comm_split of the world by the GridLayout arithmetic).
+#include <mpi.h>
+
+#include <memory>
+
+#include "parallel/grid_layout.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+namespace loom::parallel {
+
+class ProcessGroups {
+ public:
+  // Collective over `world`, whose size must equal layout.world().
+  ProcessGroups(MPI_Comm world, GridLayout layout);
+
+  const GridLayout& layout() const { return layout_; }
+  int world_rank() const { return rank_; }
+  GridLayout::Coord coord() const { return layout_.coord(rank_); }
+  MpiCommunicator& world() { return *world_; }
+  MpiCommunicator& tp() { return *tp_; }
+  MpiCommunicator& dp() { return *dp_; }
+  MpiCommunicator& pp() { return *pp_; }
+
+ private:
+  GridLayout layout_;
+  int rank_ = 0;
+  std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_;
+};
+
+}  // namespace loom::parallel
