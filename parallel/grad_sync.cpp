@@ -6,15 +6,29 @@
 namespace loom::parallel {
 
 GradSync::GradSync(Communicator& dp, float* grads, size_t n, size_t bucket_elems, bool zero1,
-                   const std::function<float*(size_t)>& alloc)
+                   const std::function<float*(size_t)>& alloc, std::vector<size_t> ready_points)
     : dp_(dp), grads_(grads), n_(n), zero1_(zero1) {
   if (bucket_elems == 0) throw std::invalid_argument("GradSync: bucket size must be positive");
-  for (size_t end = n; end > 0;) {
-    const size_t begin = end > bucket_elems ? end - bucket_elems : 0;
+  // Readiness segments from the end of the buffer down to 0.
+  ready_points.push_back(0);
+  std::sort(ready_points.rbegin(), ready_points.rend());
+  ready_points.erase(std::unique(ready_points.begin(), ready_points.end()), ready_points.end());
+  ready_points.erase(std::remove_if(ready_points.begin(), ready_points.end(), [&](size_t p) { return p >= n; }),
+                     ready_points.end());
+  size_t end = n;  // the open bucket is [point, end)
+  auto close = [&](size_t begin) {
     Bucket b;
     b.range = {begin, end};
     buckets_.push_back(std::move(b));
     end = begin;
+  };
+  for (size_t i = 0; i < ready_points.size(); ++i) {
+    const size_t point = ready_points[i];
+    while (end - point > bucket_elems) close(end - bucket_elems);  // a segment larger than a bucket
+    // Close once big enough; and always before the final segment (the one backward finishes
+    // last, e.g. the embeddings), so that what is exposed after backward is only that.
+    const bool before_final = i + 2 == ready_points.size();
+    if (end > point && (end - point >= bucket_elems || before_final || point == 0)) close(point);
   }
   if (!zero1_) {
     owned_ = {{0, n}};

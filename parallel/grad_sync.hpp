@@ -2,7 +2,8 @@
 // Data-parallel gradient reduction over a flat gradient buffer, in buckets, overlapped with the
 // backward pass; and the ZeRO-1 sharding of the optimizer that goes with it.
 //
-// Buckets are contiguous ranges of about `bucket_elems` cut from the END of the buffer, because
+// Buckets are contiguous ranges of at least `bucket_elems` (at most that, where one readiness
+// segment is larger) cut from the END of the buffer, because
 // the backward pass finishes gradients from the last layer to the first (the engine lays
 // parameters out layer-major). The engine reports progress with grads_ready_from(offset): every
 // gradient at or after `offset` is final. Each bucket that this completes is launched at once
@@ -31,9 +32,12 @@ struct Range {
 class GradSync {
  public:
   // `alloc` provides zeroed memory the communicator can reach (host for MPI, device for NCCL);
-  // it is called once, for the ZeRO-1 shard buffer.
+  // it is called once, for the ZeRO-1 shard buffer. `ready_points` are the offsets the engine
+  // will report to grads_ready_from(): bucket boundaries are placed on them, so that a bucket
+  // never waits for gradients beyond the point that completes it, and the last one (whatever
+  // backward finishes at the very end) is no larger than it has to be.
   GradSync(Communicator& dp, float* grads, size_t n, size_t bucket_elems, bool zero1,
-           const std::function<float*(size_t)>& alloc);
+           const std::function<float*(size_t)>& alloc, std::vector<size_t> ready_points = {});
   ~GradSync();
 
   void grads_ready_from(size_t offset);

@@ -137,6 +137,13 @@ void Gpt::backward() {
   have_grad_logits_ = false;
 }
 
+std::vector<size_t> Gpt::grad_ready_points() const {
+  std::vector<size_t> pts = {table_.find("ln_f.weight").offset};
+  for (int l = shape_.n_layer - 1; l >= 0; --l) pts.push_back(table_.find("h." + std::to_string(l) + ".ln1.weight").offset);
+  pts.push_back(0);
+  return pts;
+}
+
 std::vector<float> Gpt::logits() const {
   if (have_grad_logits_) throw std::logic_error("Gpt::logits: the last forward turned them into gradients");
   std::vector<float> out(size_t(B_) * shape_.seq_len * shape_.vocab_pad);

@@ -43,6 +43,8 @@ class Gpt {
   // which is what bucketed data-parallel reduction needs to overlap with backward.
   void backward();
   void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_ = std::move(hook); }
+  // The offsets backward reports to the hook, in the order it reports them.
+  std::vector<size_t> grad_ready_points() const;
   // Logits (B,T,Vp) of the last forward with dloss == 0, downloaded to host.
   std::vector<float> logits() const;
 

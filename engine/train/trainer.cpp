@@ -55,7 +55,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
   const size_t bucket = std::max<size_t>(1, size_t(r_.parallel.bucket_mb * (1 << 20) / sizeof(float)));
   grad_sync_ = std::make_unique<parallel::GradSync>(groups.dp(), model_->grads(), model_->num_params(), bucket,
                                                     r_.parallel.zero == 1,
-                                                    [this](size_t n) { return backend_->alloc(n); });
+                                                    [this](size_t n) { return backend_->alloc(n); },
+                                                    model_->grad_ready_points());
   std::vector<FlatRange> owned;
   for (const auto& rg : grad_sync_->owned()) owned.push_back({rg.begin, rg.end});
   const auto& o = r_.optim;
