@@ -36,12 +36,16 @@ class Backend {
   virtual void synchronize() {}
 
   // ---- ops, each with its backward ----
-  // out (B,T,C) = wte[tokens] + wpe[t]
+  // out (B,T,C) = wte[tokens - vocab_start] + wpe[t]. wte holds the `vocab_rows` rows
+  // [vocab_start, vocab_start + vocab_rows) of the embedding (all of it without tensor
+  // parallelism); tokens outside that range contribute zero (vocab-parallel embedding: the
+  // partial results are summed over the tp group). wpe may be null: no position term.
   virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
-                               int C) = 0;
-  // dwte (Vp,C) += scatter of dout by token; dwpe (T,C) += sum over batch. Deterministic.
+                               int C, int vocab_start, int vocab_rows) = 0;
+  // dwte (vocab_rows,C) += scatter of dout by in-range token; dwpe (T,C) += sum over batch (if
+  // not null). Deterministic.
   virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
-                                int C) = 0;
+                                int C, int vocab_start, int vocab_rows) = 0;
 
   // out (N,C) = (inp - mean) * rstd * w + b; saves mean (N), rstd (N). eps = 1e-5.
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
@@ -78,6 +82,22 @@ class Backend {
   // dlogits = dloss * (softmax - onehot(target)) for the first V columns and 0 for the padding.
   virtual void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp,
                                     float dloss, bool write_grad) = 0;
+
+  // Vocab-parallel cross-entropy: the logits (N,Vl) of this rank are the columns
+  // [vocab_start, vocab_start + Vl) of the padded vocabulary, of which the first `v_real` are
+  // real tokens. Three steps with a reduction over the tp group after the first two; the logits
+  // are never gathered and backward needs no communication:
+  //   1. maxes (N) = row max over the real local columns (-inf if none);        all-reduce max
+  //   2. partials (2N) = [sum of exp(logit - max) over real columns | the target's logit if this
+  //      rank owns the target, else 0];                                          all-reduce sum
+  //   3. losses (N) = log(sumexp) + max - target logit; with write_grad the logits become
+  //      dloss * (softmax - onehot) on real columns, 0 on padding.
+  virtual void crossentropy_max(float* maxes, const float* logits, int N, int Vl, int v_real) = 0;
+  virtual void crossentropy_partials(float* partials, const float* logits, const float* maxes,
+                                     const int32_t* targets, int N, int Vl, int v_real, int vocab_start) = 0;
+  virtual void crossentropy_finish(float* losses, float* logits, const float* maxes, const float* partials,
+                                   const int32_t* targets, int N, int Vl, int v_real, int vocab_start, float dloss,
+                                   bool write_grad) = 0;
 
   // ---- optimizer and reductions over flat buffers ----
   // AdamW with decoupled weight decay (PyTorch's formulation); t is the 1-based step.

@@ -28,11 +28,13 @@ class OpTimer final : public Backend {
   void download(float* d, const float* s, size_t n) override { in_->download(d, s, n); }
   void synchronize() override { in_->synchronize(); }
   void zero(float* p, size_t n) override { time("zero", [&] { in_->zero(p, n); }); }
-  void encoder_forward(float* o, const int32_t* t, const float* e, const float* p, int B, int T, int C) override {
-    time("encoder_forward", [&] { in_->encoder_forward(o, t, e, p, B, T, C); });
+  void encoder_forward(float* o, const int32_t* t, const float* e, const float* p, int B, int T, int C, int vs,
+                       int vr) override {
+    time("encoder_forward", [&] { in_->encoder_forward(o, t, e, p, B, T, C, vs, vr); });
   }
-  void encoder_backward(float* de, float* dp, const float* d, const int32_t* t, int B, int T, int C) override {
-    time("encoder_backward", [&] { in_->encoder_backward(de, dp, d, t, B, T, C); });
+  void encoder_backward(float* de, float* dp, const float* d, const int32_t* t, int B, int T, int C, int vs,
+                        int vr) override {
+    time("encoder_backward", [&] { in_->encoder_backward(de, dp, d, t, B, T, C, vs, vr); });
   }
   void layernorm_forward(float* o, float* m, float* r, const float* i, const float* w, const float* b, int N,
                          int C) override {
@@ -70,6 +72,17 @@ class OpTimer final : public Backend {
   }
   void softmax_crossentropy(float* l, float* lg, const int32_t* t, int N, int V, int Vp, float dl, bool g) override {
     time("softmax_crossentropy", [&] { in_->softmax_crossentropy(l, lg, t, N, V, Vp, dl, g); });
+  }
+  void crossentropy_max(float* m, const float* l, int N, int Vl, int vr) override {
+    time("crossentropy_max", [&] { in_->crossentropy_max(m, l, N, Vl, vr); });
+  }
+  void crossentropy_partials(float* p, const float* l, const float* m, const int32_t* t, int N, int Vl, int vr,
+                             int vs) override {
+    time("crossentropy_partials", [&] { in_->crossentropy_partials(p, l, m, t, N, Vl, vr, vs); });
+  }
+  void crossentropy_finish(float* lo, float* l, const float* m, const float* p, const int32_t* t, int N, int Vl,
+                           int vr, int vs, float dl, bool g) override {
+    time("crossentropy_finish", [&] { in_->crossentropy_finish(lo, l, m, p, t, N, Vl, vr, vs, dl, g); });
   }
   void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
                     float wd, int64_t t) override {

@@ -1,20 +1,28 @@
 #include "engine/model/param_table.hpp"
 
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 
 namespace loom {
 
-void ParamTable::add(std::string name, std::vector<int64_t> shape, bool decay, ParamInit init, double std) {
-  ParamInfo p;
-  p.name = std::move(name);
-  p.shape = std::move(shape);
+int64_t ParamInfo::global_index(size_t i) const {
+  const int64_t c = cols();
+  int64_t row = int64_t(i) / c;
+  const int64_t col = int64_t(i) % c;
+  for (const auto& [first, count] : row_runs) {
+    if (row < count) return (first + row) * global_cols() + col_begin + col;
+    row -= count;
+  }
+  throw std::out_of_range(name + ": local element " + std::to_string(i) + " is outside the slice");
+}
+
+void ParamTable::add(ParamInfo p) {
   p.numel = 1;
   for (int64_t d : p.shape) p.numel *= static_cast<size_t>(d);
+  if (p.global_shape.empty()) p.global_shape = p.shape;
+  if (p.row_runs.empty()) p.row_runs = {{0, p.shape[0]}};
   p.offset = total_;
-  p.weight_decay = decay;
-  p.init = init;
-  p.init_std = std;
   total_ += p.numel;
   params_.push_back(std::move(p));
 }
@@ -25,29 +33,77 @@ const ParamInfo& ParamTable::find(const std::string& name) const {
   throw std::out_of_range("no parameter named '" + name + "'");
 }
 
-ParamTable gpt_param_table(const GptShape& s) {
-  const int64_t C = s.d_model;
+ParamTable gpt_param_table(const GptShape& s, int r, int tp) {
+  const int64_t C = s.d_model, Vt = s.vocab_pad / tp;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
+  using N = ParamInit;
   ParamTable t;
-  t.add("wte", {s.vocab_pad, C}, true, ParamInit::Normal, std);
-  t.add("wpe", {s.seq_len, C}, true, ParamInit::Normal, std);
+  auto replicated = [&](std::string name, std::vector<int64_t> shape, bool decay, N init, double sd = 0) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.weight_decay = decay;
+    p.init = init;
+    p.init_std = sd;
+    t.add(std::move(p));
+  };
+  // Column-parallel: output rows split; `parts` equal blocks of `block` rows each (qkv: 3).
+  auto rows = [&](std::string name, int64_t block, int parts, int64_t cols, bool decay, N init, double sd = 0) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.split = TpSplit::Rows;
+    const int64_t mine = block / tp;
+    for (int k = 0; k < parts; ++k) p.row_runs.push_back({k * block + r * mine, mine});
+    p.shape = cols > 0 ? std::vector<int64_t>{mine * parts, cols} : std::vector<int64_t>{mine * parts};
+    p.global_shape = cols > 0 ? std::vector<int64_t>{block * parts, cols} : std::vector<int64_t>{block * parts};
+    p.weight_decay = decay;
+    p.init = init;
+    p.init_std = sd;
+    t.add(std::move(p));
+  };
+  // Row-parallel: input columns split.
+  auto cols = [&](std::string name, int64_t out, int64_t in, double sd) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.split = TpSplit::Cols;
+    p.shape = {out, in / tp};
+    p.global_shape = {out, in};
+    p.col_begin = r * (in / tp);
+    p.weight_decay = true;
+    p.init = N::Normal;
+    p.init_std = sd;
+    t.add(std::move(p));
+  };
+  {
+    ParamInfo wte;  // vocab-parallel: rank r holds vocabulary rows [r*Vp/tp, (r+1)*Vp/tp)
+    wte.name = "wte";
+    wte.split = tp > 1 ? TpSplit::Rows : TpSplit::Replicated;
+    wte.shape = {Vt, C};
+    wte.global_shape = {s.vocab_pad, C};
+    wte.row_runs = {{r * Vt, Vt}};
+    wte.weight_decay = true;
+    wte.init = N::Normal;
+    wte.init_std = std;
+    t.add(std::move(wte));
+  }
+  replicated("wpe", {s.seq_len, C}, true, N::Normal, std);
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    t.add(h + "ln1.weight", {C}, false, ParamInit::Ones);
-    t.add(h + "ln1.bias", {C}, false, ParamInit::Zeros);
-    t.add(h + "attn.qkv.weight", {3 * C, C}, true, ParamInit::Normal, std);
-    t.add(h + "attn.qkv.bias", {3 * C}, false, ParamInit::Zeros);
-    t.add(h + "attn.proj.weight", {C, C}, true, ParamInit::Normal, proj_std);
-    t.add(h + "attn.proj.bias", {C}, false, ParamInit::Zeros);
-    t.add(h + "ln2.weight", {C}, false, ParamInit::Ones);
-    t.add(h + "ln2.bias", {C}, false, ParamInit::Zeros);
-    t.add(h + "mlp.fc.weight", {4 * C, C}, true, ParamInit::Normal, std);
-    t.add(h + "mlp.fc.bias", {4 * C}, false, ParamInit::Zeros);
-    t.add(h + "mlp.proj.weight", {C, 4 * C}, true, ParamInit::Normal, proj_std);
-    t.add(h + "mlp.proj.bias", {C}, false, ParamInit::Zeros);
+    replicated(h + "ln1.weight", {C}, false, N::Ones);
+    replicated(h + "ln1.bias", {C}, false, N::Zeros);
+    rows(h + "attn.qkv.weight", C, 3, C, true, N::Normal, std);  // q | k | v, heads split
+    rows(h + "attn.qkv.bias", C, 3, 0, false, N::Zeros);
+    cols(h + "attn.proj.weight", C, C, proj_std);
+    replicated(h + "attn.proj.bias", {C}, false, N::Zeros);
+    replicated(h + "ln2.weight", {C}, false, N::Ones);
+    replicated(h + "ln2.bias", {C}, false, N::Zeros);
+    rows(h + "mlp.fc.weight", 4 * C, 1, C, true, N::Normal, std);
+    rows(h + "mlp.fc.bias", 4 * C, 1, 0, false, N::Zeros);
+    cols(h + "mlp.proj.weight", C, 4 * C, proj_std);
+    replicated(h + "mlp.proj.bias", {C}, false, N::Zeros);
   }
-  t.add("ln_f.weight", {C}, false, ParamInit::Ones);
-  t.add("ln_f.bias", {C}, false, ParamInit::Zeros);
+  replicated("ln_f.weight", {C}, false, N::Ones);
+  replicated("ln_f.bias", {C}, false, N::Zeros);
   return t;
 }
 
@@ -87,12 +143,13 @@ void init_params(const ParamTable& table, const GptShape& s, uint64_t seed, floa
         break;
       case ParamInit::Normal: {
         const uint64_t key = splitmix64(seed) ^ fnv1a(p.name);
-        size_t n = p.numel;
-        // Vocab padding rows of wte stay zero: they are never looked up and get no gradient.
-        if (p.name == "wte") n = static_cast<size_t>(s.vocab) * s.d_model;
+        // Rows of wte past the real vocabulary (padding) stay zero: never looked up, no gradient.
+        const int64_t real_end = p.name == "wte" ? int64_t(s.vocab) * s.d_model : INT64_MAX;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(p.init_std * counter_normal(key, i));
-        for (size_t i = n; i < p.numel; ++i) dst[i] = 0.0f;
+        for (size_t i = 0; i < p.numel; ++i) {
+          const int64_t g = p.global_index(i);
+          dst[i] = g < real_end ? static_cast<float>(p.init_std * counter_normal(key, uint64_t(g))) : 0.0f;
+        }
         break;
       }
     }

@@ -2,6 +2,10 @@
 // Every parameter of the model lives in one flat float buffer; this table names the views into
 // it. Gradients and optimizer state use the same offsets in their own flat buffers, so that
 // parallel/ can bucket, shard and checkpoint them knowing nothing about layers.
+//
+// Under tensor parallelism each rank's table holds its slice of each global tensor, and says
+// where the slice sits in the global tensor (rows and columns), so that initialisation (and
+// checkpoints) work in global coordinates.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,19 +16,37 @@ namespace loom {
 
 enum class ParamInit { Normal, Ones, Zeros };
 
+// How a tensor is divided over the tp group.
+enum class TpSplit {
+  Replicated,  // every rank holds all of it (LayerNorms, wpe, row-parallel biases)
+  Rows,        // column-parallel weights and their biases, and the vocab-parallel embedding
+  Cols,        // row-parallel weights: the input dimension is split
+};
+
 struct ParamInfo {
-  std::string name;            // global name, e.g. "h.3.attn.qkv.weight"
-  std::vector<int64_t> shape;  // e.g. {3C, C}
+  std::string name;                   // global name, e.g. "h.3.attn.qkv.weight"
+  std::vector<int64_t> shape;         // this rank's slice, e.g. {3C/tp, C}
+  std::vector<int64_t> global_shape;  // e.g. {3C, C}; 1-D tensors are {n}
+  // Rows of the global tensor this slice holds, as (first global row, count) runs in slice order
+  // (qkv has three runs: its q, k and v parts), and the first global column it holds.
+  std::vector<std::pair<int64_t, int64_t>> row_runs;
+  int64_t col_begin = 0;
+  TpSplit split = TpSplit::Replicated;
   size_t offset = 0;           // into the flat buffer, in elements
   size_t numel = 0;
   bool weight_decay = false;   // matrices and embeddings decay; biases and LayerNorm do not
   ParamInit init = ParamInit::Zeros;
   double init_std = 0;         // for ParamInit::Normal
+
+  int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
+  int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }
+  // Global row-major index of local element i.
+  int64_t global_index(size_t i) const;
 };
 
 class ParamTable {
  public:
-  void add(std::string name, std::vector<int64_t> shape, bool decay, ParamInit init, double std = 0);
+  void add(ParamInfo p);
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(const std::string& name) const;  // throws std::out_of_range naming it
   size_t total() const { return total_; }
@@ -35,13 +57,14 @@ class ParamTable {
 };
 
 // GPT-2 layout, layer-major (wte, wpe, h.0.*, h.1.*, ..., ln_f.*), so that each layer is one
-// contiguous range. Init follows GPT-2: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
-// biases 0, LayerNorm weight 1. wte has Vp rows; the padding rows start and stay at zero.
-ParamTable gpt_param_table(const GptShape& s);
+// contiguous range; for rank `tp_rank` of `tp` (Megatron's column/row-parallel split, and the
+// vocab-parallel embedding). Init follows GPT-2: N(0, 0.02), residual projections
+// N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. wte has Vp rows; padding rows are zero.
+ParamTable gpt_param_table(const GptShape& s, int tp_rank = 0, int tp = 1);
 
-// Fills `host` (table.total() floats) with the initial values, from `seed`. Element i of
-// parameter P is a pure function of (seed, P's name, i): any rank can generate any slice of any
-// tensor on its own, and every layout starts from the same global weights.
+// Fills `host` (table.total() floats) with the initial values, from `seed`. Element (i, j) of
+// global tensor P is a pure function of (seed, P's name, i * cols + j): any rank generates its
+// own slice alone, and every layout starts from the same global weights.
 void init_params(const ParamTable& table, const GptShape& s, uint64_t seed, float* host);
 
 }  // namespace loom

@@ -9,17 +9,16 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/util/crc32c.hpp"
 #include "kernels/backend_factory.hpp"
 
 namespace loom {
 
 void Trainer::check_supported() const {
   // What this build does not do yet is refused up front, by name, rather than run wrongly.
-  if (r_.parallel.tp != 1 || r_.parallel.pp != 1)
-    throw std::runtime_error("parallel.tp=" + std::to_string(r_.parallel.tp) + ", parallel.pp=" +
-                             std::to_string(r_.parallel.pp) +
-                             ": this build does data parallelism only (tp = pp = 1); tensor and pipeline "
-                             "parallelism are not implemented yet");
+  if (r_.parallel.pp != 1)
+    throw std::runtime_error("parallel.pp=" + std::to_string(r_.parallel.pp) +
+                             ": pipeline parallelism is not implemented in this build yet (use pp = 1)");
   if (!r_.checkpoint.dir.empty())
     throw std::runtime_error("checkpoint.dir=" + r_.checkpoint.dir +
                              ": checkpoints are not implemented in this build yet; set checkpoint.dir to \"\"");
@@ -47,8 +46,11 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
     op_timer_ = timer.get();
     backend_ = std::move(timer);
   }
-  GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len);
-  model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch);
+  // The vocabulary is padded to a multiple of 128 * tp: every rank gets an equal, aligned slice.
+  const int tp = r_.parallel.tp;
+  GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
+  model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
+                                 TensorParallel{groups.coord().tp, tp, &groups.tp()});
   std::vector<float> init(model_->num_params());
   init_params(model_->table(), shape, r_.train.seed, init.data());
   model_->set_params(init.data());
@@ -68,6 +70,44 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
 }
 
 Trainer::~Trainer() = default;
+
+double Trainer::global_grad_norm() {
+  // Each element of the global gradient counted once: under ZeRO-1 every dp rank sums only the
+  // shard it owns, and a tensor replicated over tp (LayerNorms, wpe, row-parallel biases) is
+  // counted by tp rank 0 only. Partial sums are added in rank order: every rank gets the same bits.
+  parallel::GradSync& sync = *grad_sync_;
+  const bool tp_lead = groups_.coord().tp == 0;
+  const float* packed = sync.owned_grads();
+  double local = 0;
+  size_t k = 0;
+  for (const auto& rg : sync.owned()) {
+    for (const ParamInfo& p : model_->table().params()) {
+      const size_t lo = std::max(rg.begin, p.offset), hi = std::min(rg.end, p.offset + p.numel);
+      if (lo < hi && (tp_lead || p.split != TpSplit::Replicated))
+        local += backend_->sum_squares(packed + k + (lo - rg.begin), hi - lo);
+    }
+    k += rg.size();
+  }
+  if (sync.zero1()) local = groups_.dp().sum_ordered(local);
+  return std::sqrt(groups_.tp().sum_ordered(local));
+}
+
+void Trainer::check_replicas() {
+  // Tensors replicated over tp get identical gradients on every tp rank by construction (they are
+  // computed from the same all-reduced activations); verify that the parameters really agree.
+  if (r_.parallel.tp == 1) return;
+  std::vector<float> host(model_->num_params());
+  model_->get_params(host.data());
+  uint32_t crc = 0;
+  for (const ParamInfo& p : model_->table().params())
+    if (p.split == TpSplit::Replicated) crc = crc32c(host.data() + p.offset, p.numel * sizeof(float), crc);
+  const double mine = double(crc);
+  const double sum = groups_.tp().sum_ordered(mine);
+  if (sum != mine * r_.parallel.tp)
+    throw std::runtime_error("replicated parameters (LayerNorms, wpe, row-parallel biases) differ across the "
+                             "tensor-parallel group of rank " + std::to_string(rank_));
+  if (rank_ == 0) std::printf("loom: replicated parameters identical on every tensor-parallel rank\n");
+}
 
 double Trainer::dp_mean(double local) { return groups_.dp().sum_ordered(local) / r_.parallel.dp; }
 
@@ -139,9 +179,7 @@ TrainSummary Trainer::run() {
     model.set_grad_ready_hook(nullptr);
     const double comm_s = sync.finish();
     summary.comm_wait_s += comm_s;
-    // Each element of the global gradient is counted once: owned shards under ZeRO-1.
-    const double local_sq = backend_->sum_squares(sync.owned_grads(), sync.owned_size());
-    const double norm = std::sqrt(sync.zero1() ? groups_.dp().sum_ordered(local_sq) : local_sq);
+    const double norm = global_grad_norm();
     clip_by_norm(*backend_, sync.owned_grads(), sync.owned_size(), norm, r_.optim.grad_clip);
     const double lr = schedule_.at(step);
     optim_->step(model.params(), sync.owned_grads(), lr, step + 1);
@@ -163,6 +201,7 @@ TrainSummary Trainer::run() {
       last_wait = train_data_->wait_seconds();
     }
   }
+  check_replicas();
   if (op_timer_ && rank_ == 0)
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
   if (summary.steps > 1)

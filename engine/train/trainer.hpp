@@ -42,6 +42,8 @@ class Trainer {
   void log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
                 double wait_s, double comm_s);
   double dp_mean(double local);  // the mean over data-parallel ranks, identical on every rank
+  double global_grad_norm();
+  void check_replicas();
 
   Recipe r_;
   parallel::ProcessGroups& groups_;

@@ -49,13 +49,13 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < n; ++i) p[i] = 0.0f;
   }
 
-  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
-                       int C) override {
-    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                       int vocab_start, int vocab_rows) override {
+    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows);
   }
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T,
-                        int C) override {
-    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                        int vocab_start, int vocab_rows) override {
+    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_start, vocab_rows);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                          int N, int C) override {
@@ -94,6 +94,18 @@ class CpuBackend final : public Backend {
   void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp, float dloss,
                             bool write_grad) override {
     cpu::softmax_crossentropy(losses, logits, targets, N, V, Vp, dloss, write_grad);
+  }
+  void crossentropy_max(float* maxes, const float* logits, int N, int Vl, int v_real) override {
+    cpu::crossentropy_max(maxes, logits, N, Vl, v_real);
+  }
+  void crossentropy_partials(float* partials, const float* logits, const float* maxes, const int32_t* targets, int N,
+                             int Vl, int v_real, int vocab_start) override {
+    cpu::crossentropy_partials(partials, logits, maxes, targets, N, Vl, v_real, vocab_start);
+  }
+  void crossentropy_finish(float* losses, float* logits, const float* maxes, const float* partials,
+                           const int32_t* targets, int N, int Vl, int v_real, int vocab_start, float dloss,
+                           bool write_grad) override {
+    cpu::crossentropy_finish(losses, logits, maxes, partials, targets, N, Vl, v_real, vocab_start, dloss, write_grad);
   }
   void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
                     float beta2, float eps, float weight_decay, int64_t t) override {

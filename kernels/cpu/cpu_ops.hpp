@@ -7,9 +7,11 @@
 namespace loom::cpu {
 
 template <typename T>
-void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C);
+void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
+                     int vocab_start, int vocab_rows);
 template <typename T>
-void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C);
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+                      int vocab_start, int vocab_rows);
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N, int C);
@@ -36,6 +38,15 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 template <typename T>
 void softmax_crossentropy(T* losses, T* logits, const int32_t* targets, int N, int V, int Vp, T dloss,
                           bool write_grad);
+
+template <typename T>
+void crossentropy_max(T* maxes, const T* logits, int N, int Vl, int v_real);
+template <typename T>
+void crossentropy_partials(T* partials, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
+                           int v_real, int vocab_start);
+template <typename T>
+void crossentropy_finish(T* losses, T* logits, const T* maxes, const T* partials, const int32_t* targets, int N,
+                         int Vl, int v_real, int vocab_start, T dloss, bool write_grad);
 
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps, T weight_decay,

@@ -28,6 +28,55 @@ void softmax_crossentropy(T* losses, T* logits, const int32_t* targets, int N, i
   }
 }
 
+template <typename T>
+void crossentropy_max(T* maxes, const T* logits, int N, int Vl, int v_real) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T* row = logits + static_cast<size_t>(i) * Vl;
+    T mx = -std::numeric_limits<T>::infinity();
+    for (int j = 0; j < v_real; ++j) mx = std::max(mx, row[j]);
+    maxes[i] = mx;
+  }
+}
+
+template <typename T>
+void crossentropy_partials(T* partials, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
+                           int v_real, int vocab_start) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T* row = logits + static_cast<size_t>(i) * Vl;
+    T s = 0;
+    for (int j = 0; j < v_real; ++j) s += std::exp(row[j] - maxes[i]);
+    const int t = targets[i] - vocab_start;
+    partials[i] = s;
+    partials[N + i] = (t >= 0 && t < v_real) ? row[t] : T(0);
+  }
+}
+
+template <typename T>
+void crossentropy_finish(T* losses, T* logits, const T* maxes, const T* partials, const int32_t* targets, int N,
+                         int Vl, int v_real, int vocab_start, T dloss, bool write_grad) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const T lse = maxes[i] + std::log(partials[i]);
+    losses[i] = lse - partials[N + i];
+    if (!write_grad) continue;
+    T* row = logits + static_cast<size_t>(i) * Vl;
+    const int t = targets[i] - vocab_start;
+    for (int j = 0; j < v_real; ++j) row[j] = dloss * (std::exp(row[j] - lse) - (j == t ? T(1) : T(0)));
+    for (int j = v_real; j < Vl; ++j) row[j] = 0;
+  }
+}
+
+template void crossentropy_max<float>(float*, const float*, int, int, int);
+template void crossentropy_max<double>(double*, const double*, int, int, int);
+template void crossentropy_partials<float>(float*, const float*, const float*, const int32_t*, int, int, int, int);
+template void crossentropy_partials<double>(double*, const double*, const double*, const int32_t*, int, int, int,
+                                            int);
+template void crossentropy_finish<float>(float*, float*, const float*, const float*, const int32_t*, int, int, int,
+                                         int, float, bool);
+template void crossentropy_finish<double>(double*, double*, const double*, const double*, const int32_t*, int, int,
+                                          int, int, double, bool);
 template void softmax_crossentropy<float>(float*, float*, const int32_t*, int, int, int, float, bool);
 template void softmax_crossentropy<double>(double*, double*, const int32_t*, int, int, int, double, bool);
 

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <vector>
@@ -55,18 +56,25 @@ void fd_check(const char* what, Vec& x, const Vec& analytic, const std::function
 
 }  // namespace
 
-TEST_CASE("encoder backward matches finite differences") {
+TEST_CASE("encoder backward matches finite differences, whole and vocab-parallel") {
   const int B = 2, T = 5, C = 7, V = 11;
   std::vector<int32_t> tok = {3, 0, 10, 3, 3, 7, 1, 0, 10, 5};
-  Vec wte = randn(V * C, 1), wpe = randn(T * C, 2), R = randn(B * T * C, 3), out(B * T * C);
+  // This rank's slice of the vocabulary: all of it, or rows [4, 9) (tokens 10, 0, 1, 3 fall outside).
+  const int start = GENERATE(0, 4), rows = start == 0 ? V : 5;
+  Vec wte = randn(rows * C, 1), wpe = randn(T * C, 2), R = randn(B * T * C, 3), out(B * T * C);
   auto loss = [&] {
-    encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, start, rows);
     return dot(out, R);
   };
-  Vec dwte(V * C, 0), dwpe(T * C, 0);
-  encoder_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  Vec dwte(rows * C, 0), dwpe(T * C, 0);
+  encoder_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C, start, rows);
   fd_check("dwte", wte, dwte, loss);
   fd_check("dwpe", wpe, dwpe, loss);
+  // Without a position table, out-of-slice tokens give exact zeros.
+  encoder_forward<double>(out.data(), tok.data(), wte.data(), nullptr, B, T, C, start, rows);
+  for (int bt = 0; bt < B * T; ++bt)
+    if (tok[bt] < start || tok[bt] >= start + rows)
+      for (int c = 0; c < C; ++c) CHECK(out[bt * C + c] == 0.0);
 }
 
 TEST_CASE("layernorm backward matches finite differences and accumulates") {
@@ -175,6 +183,44 @@ TEST_CASE("softmax cross-entropy gradient matches finite differences and ignores
     for (int j = V; j < Vp; ++j) CHECK(row[j] == 0.0);
   }
   fd_check("dlogits", logits, grad, loss);
+}
+
+TEST_CASE("vocab-parallel cross-entropy over 1, 2 and 3 slices equals the fused op") {
+  // The padded vocabulary (V = 11 real of Vp = 18) cut into equal slices, some of them holding
+  // padding only; the reductions the tp group would do (max, then sum) are done here by hand.
+  const int N = 5, V = 11, Vp = 18;
+  Vec logits = randn(N * Vp, 30, 3.0);
+  std::vector<int32_t> tgt = {0, 10, 5, 6, 2};
+  Vec fused_loss(N), fused_grad = logits;
+  softmax_crossentropy(fused_loss.data(), fused_grad.data(), tgt.data(), N, V, Vp, 0.5, true);
+  for (int parts : {1, 2, 3}) {
+    const int Vl = Vp / parts;
+    std::vector<Vec> slice(size_t(parts), Vec(size_t(N) * Vl));
+    for (int p = 0; p < parts; ++p)
+      for (int i = 0; i < N; ++i)
+        for (int j = 0; j < Vl; ++j) slice[size_t(p)][size_t(i) * Vl + j] = logits[size_t(i) * Vp + p * Vl + j];
+    auto v_real = [&](int p) { return std::clamp(V - p * Vl, 0, Vl); };
+    Vec mx(N, -INFINITY), part(2 * N, 0.0), m(N), pr(2 * N);
+    for (int p = 0; p < parts; ++p) {
+      crossentropy_max(m.data(), slice[size_t(p)].data(), N, Vl, v_real(p));
+      for (int i = 0; i < N; ++i) mx[i] = std::max(mx[i], m[i]);
+    }
+    for (int p = 0; p < parts; ++p) {
+      crossentropy_partials(pr.data(), slice[size_t(p)].data(), mx.data(), tgt.data(), N, Vl, v_real(p), p * Vl);
+      for (int i = 0; i < 2 * N; ++i) part[i] += pr[i];
+    }
+    for (int p = 0; p < parts; ++p) {
+      Vec loss(N);
+      crossentropy_finish(loss.data(), slice[size_t(p)].data(), mx.data(), part.data(), tgt.data(), N, Vl, v_real(p),
+                          p * Vl, 0.5, true);
+      for (int i = 0; i < N; ++i) {
+        CHECK(loss[i] == Approx(fused_loss[i]).epsilon(1e-12));
+        for (int j = 0; j < Vl; ++j)
+          CHECK(slice[size_t(p)][size_t(i) * Vl + j] ==
+                Approx(fused_grad[size_t(i) * Vp + p * Vl + j]).epsilon(1e-12).margin(1e-15));
+      }
+    }
+  }
 }
 
 TEST_CASE("AdamW matches PyTorch's update written out by hand") {

@@ -1,0 +1,67 @@
+# Parallel layouts change nothing but the speed: each layout given as "name:ranks:overrides"
+# trains the tiny recipe 50 steps and must give the single-rank loss (within 1e-5 relative) and
+# grad norm (1e-4) at every step (the same global batch and the same global initial weights; only
+# how the work is split changes). A layout with parallel.zero=1 must also hold 1/dp of the
+# optimizer state of a replicated-optimizer layout with the same tp.
+#   layouts_match_single_rank.sh LOOM SRC MPIEXEC "dp2:2:" "tp2:2:--set parallel.tp=2" ...
+source "$(dirname "$0")/../cli/common.sh"
+shift 3
+corpus
+cd "$SRC"
+export OMP_NUM_THREADS=1  # several ranks share 2 cores
+run() {  # name np overrides...
+  local name=$1 np=$2; shift 2
+  mpi -np "$np" "$LOOM" train configs/tiny.yaml --set train.steps=50 --set log.every=1 --set log.eval_every=0 \
+    --set parallel.bucket_mb=0.25 --set log.dir="$WORK/$name" "$@" > "$WORK/$name.out" 2>&1 ||
+    { cat "$WORK/$name.out"; fail "$name failed"; }
+  grep -o "optimizer state [0-9.]* MB per rank" "$WORK/$name.out" | head -1 | sed "s/^/$name: /"
+  grep "replicated parameters" "$WORK/$name.out" | sed "s/^/$name: /" || true
+}
+run single 1
+names=()
+for layout in "$@"; do
+  IFS=: read -r name np overrides <<<"$layout"
+  # shellcheck disable=SC2086
+  run "$name" "$np" $overrides
+  names+=("$name")
+  printf '%s\t%s\t%s\n' "$name" "$np" "$overrides" >> "$WORK/layouts.tsv"
+done
+python3 - "$WORK" "${names[@]}" <<'PY'
+import json, re, sys
+work, names = sys.argv[1], sys.argv[2:]
+def state_mb(name):
+    return float(re.search(r"optimizer state ([0-9.]+) MB", open(f"{work}/{name}.out").read()).group(1))
+def load(name):
+    return [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")]
+ref = load("single")
+assert len(ref) == 50
+for name in names:
+    rows = load(name)
+    assert len(rows) == 50, name
+    worst = {"loss": 0.0, "grad_norm": 0.0}
+    # The loss within 1e-5 relative (the target). The pre-clip gradient norm is more sensitive to
+    # summation order: around the loss spike near step 20 of the tiny recipe (norm ~16) a
+    # different split of the matmul sums moves it by up to ~2e-5, so it gets 1e-4.
+    tol = {"loss": 1e-5, "grad_norm": 1e-4}
+    for a, b in zip(ref, rows):
+        for k in ("loss", "grad_norm"):
+            rel = abs(a[k] - b[k]) / abs(a[k])
+            worst[k] = max(worst[k], rel)
+            assert rel <= tol[k], f"{name} step {a['step']} {k}: {b[k]} vs single-rank {a[k]} (rel {rel:.2e})"
+    print(f"{name}: 50 steps match the single rank; worst relative difference: loss {worst['loss']:.1e}, "
+          f"grad norm {worst['grad_norm']:.1e}")
+def tp_of(overrides):
+    m = re.search(r"parallel.tp=(\d+)", overrides)
+    return int(m.group(1)) if m else 1
+layouts = [line.rstrip("\n").split("\t") for line in open(f"{work}/layouts.tsv")]
+for name, np, overrides in layouts:
+    if "parallel.zero=1" not in overrides:
+        continue
+    tp, dp = tp_of(overrides), int(np) // tp_of(overrides)
+    # Against the replicated optimizer of the same tp slice (the single rank's when tp = 1).
+    ref = "single" if tp == 1 else next(n for n, _, o in layouts if tp_of(o) == tp and "zero=1" not in o)
+    want = state_mb(ref) / dp
+    print(f"{name}: ZeRO-1 optimizer state {state_mb(name)} MB per rank = {ref}'s {state_mb(ref)} MB / dp {dp}")
+    assert abs(state_mb(name) - want) / want < 0.02, f"{name}: expected about {want:.2f} MB"
+PY
+echo PASS
