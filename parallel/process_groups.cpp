@@ -8,6 +8,7 @@ namespace {
 std::unique_ptr<MpiCommunicator> split(MPI_Comm world, int color, int key) {
   MPI_Comm c;
   if (MPI_Comm_split(world, color, key, &c) != MPI_SUCCESS) throw std::runtime_error("MPI_Comm_split failed");
+  if (c == MPI_COMM_NULL) return nullptr;  // MPI_UNDEFINED colour: not in any such group
   auto comm = std::make_unique<MpiCommunicator>(c);  // duplicates c
   MPI_Comm_free(&c);
   return comm;
@@ -27,6 +28,8 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout
   tp_ = split(world, c.pp * layout.dp + c.dp, c.tp);
   dp_ = split(world, c.pp * layout.tp + c.tp, c.dp);
   pp_ = split(world, c.dp * layout.tp + c.tp, c.pp);
+  const bool holds_embedding = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
+  embedding_ = split(world, holds_embedding ? c.dp * layout.tp + c.tp : MPI_UNDEFINED, c.pp);
 }
 
 }  // namespace loom::parallel

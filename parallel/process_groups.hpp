@@ -22,11 +22,14 @@ class ProcessGroups {
   MpiCommunicator& tp() { return *tp_; }
   MpiCommunicator& dp() { return *dp_; }
   MpiCommunicator& pp() { return *pp_; }
+  // The first and last pipeline stages of this rank's (tp, dp) position, which both hold the
+  // tied token embedding; null on other stages and when pp = 1.
+  MpiCommunicator* embedding() { return embedding_.get(); }
 
  private:
   GridLayout layout_;
   int rank_ = 0;
-  std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_;
+  std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, embedding_;
 };
 
 }  // namespace loom::parallel

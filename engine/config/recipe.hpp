@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -19,6 +20,7 @@ struct ParallelConfig {
   int tp = 1;
   int pp = 1;
   int dp = 0;  // 0 means "auto": world / (tp * pp), resolved by resolve_world()
+  std::string pp_layers = "auto";   // blocks per pipeline stage: "auto" (n_layer / pp each) or "3,5"
   double bucket_mb = 25.0;          // gradient all-reduce bucket size (MiB of fp32 gradients)
   int zero = 0;                     // 1: ZeRO-1 (optimizer state sharded over dp)
   bool overlap_grad_reduce = true;  // launch each bucket as soon as backward completes it
@@ -80,6 +82,8 @@ struct Recipe {
 
   // Values derived from the keys and the world size by resolve_world().
   int world = 1;
+  // Blocks of each pipeline stage (pp entries summing to n_layer), from parallel.pp_layers.
+  std::vector<int> stage_layers() const;
   int grad_accum() const { return global_batch_resolved() / (train.micro_batch * parallel.dp); }
   int global_batch_resolved() const {
     return train.global_batch > 0 ? train.global_batch : train.micro_batch * parallel.dp;

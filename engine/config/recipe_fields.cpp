@@ -26,6 +26,7 @@ std::vector<Field> make_fields() {
       {"parallel", "tp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, tp), "tensor-parallel degree; must divide n_head"},
       {"parallel", "pp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, pp), "pipeline-parallel degree; must divide n_layer"},
       {"parallel", "dp", K::IntOrAuto, 1, 1 << 20, {}, LOOM_MEMBER(parallel, dp), "data-parallel degree, or auto = world / (tp*pp)"},
+      {"parallel", "pp_layers", K::String, 0, 0, {}, LOOM_MEMBER(parallel, pp_layers), "blocks per pipeline stage: auto (n_layer/pp each) or a list such as \"3,5\" (pp entries summing to n_layer)"},
       {"parallel", "bucket_mb", K::Float, 1e-6, 1e6, {}, LOOM_MEMBER(parallel, bucket_mb), "gradient reduction bucket size in MiB (of fp32 gradients)"},
       {"parallel", "zero", K::Int, 0, 1, {}, LOOM_MEMBER(parallel, zero), "0: replicated optimizer; 1: ZeRO-1, optimizer state and update sharded over dp"},
       {"parallel", "overlap_grad_reduce", K::Bool, 0, 0, {}, LOOM_MEMBER(parallel, overlap_grad_reduce), "launch each gradient bucket's reduction as soon as backward completes it (false: all after backward)"},

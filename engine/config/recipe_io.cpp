@@ -272,7 +272,27 @@ void validate_shapes(const Recipe& r) {
   const auto& m = r.model;
   rule(m.d_model % m.n_head == 0, kv(r, "model.d_model") + " must be divisible by " + kv(r, "model.n_head"));
   rule(m.n_head % r.parallel.tp == 0, kv(r, "model.n_head") + " must be divisible by " + kv(r, "parallel.tp"));
-  rule(m.n_layer % r.parallel.pp == 0, kv(r, "model.n_layer") + " must be divisible by " + kv(r, "parallel.pp"));
+  if (r.parallel.pp_layers == "auto") {
+    rule(m.n_layer % r.parallel.pp == 0, kv(r, "model.n_layer") + " must be divisible by " + kv(r, "parallel.pp") +
+                                             " (or give parallel.pp_layers, e.g. \"3,5\")");
+  } else {
+    std::vector<int> layers;
+    std::stringstream ss(r.parallel.pp_layers);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      int v = 0;
+      rule(parse_integer(item, v) && v >= 1,
+           kv(r, "parallel.pp_layers") + ": expected 'auto' or comma-separated block counts >= 1, got '" + item + "'");
+      layers.push_back(v);
+    }
+    int sum = 0;
+    for (int v : layers) sum += v;
+    rule(int(layers.size()) == r.parallel.pp,
+         kv(r, "parallel.pp_layers") + " lists " + std::to_string(layers.size()) + " stages but " +
+             kv(r, "parallel.pp"));
+    rule(sum == m.n_layer, kv(r, "parallel.pp_layers") + " adds up to " + std::to_string(sum) + " blocks but " +
+                               kv(r, "model.n_layer"));
+  }
   if (r.train.global_batch > 0)
     rule(r.train.global_batch % r.train.micro_batch == 0,
          kv(r, "train.global_batch") + " must be a multiple of " + kv(r, "train.micro_batch"));
@@ -284,6 +304,18 @@ void validate_shapes(const Recipe& r) {
 }
 
 }  // namespace
+
+std::vector<int> Recipe::stage_layers() const {
+  std::vector<int> out;
+  if (parallel.pp_layers == "auto") {
+    out.assign(size_t(parallel.pp), model.n_layer / parallel.pp);
+    return out;
+  }
+  std::stringstream ss(parallel.pp_layers);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
   Recipe r;

@@ -28,12 +28,25 @@ void Gpt::tp_all_reduce(float* buf, size_t n, parallel::ReduceOp op) {
   if (tp_.size > 1) tp_.comm->all_reduce(buf, n, op);
 }
 
-Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp)
-    : be_(backend), shape_(shape), tp_(tp), table_(gpt_param_table(shape, tp.rank, tp.size)), B_(micro_batch) {
+namespace {
+StageSpec whole_if_default(StageSpec s, int n_layer) {
+  if (s.n_layers < 0) s.n_layers = n_layer;
+  return s;
+}
+}  // namespace
+
+Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp, StageSpec stage, int slots)
+    : be_(backend),
+      shape_(shape),
+      tp_(tp),
+      stage_(whole_if_default(stage, shape.n_layer)),
+      table_(gpt_param_table(shape, tp.rank, tp.size, stage_)),
+      B_(micro_batch) {
   if (shape.d_model % shape.n_head != 0) throw std::invalid_argument("d_model must be divisible by n_head");
   if (shape.n_head % tp.size != 0 || shape.vocab_pad % tp.size != 0)
     throw std::invalid_argument("n_head and the padded vocabulary must be divisible by tp");
   if (tp.size > 1 && !tp.comm) throw std::invalid_argument("tensor parallelism needs a tp communicator");
+  if (slots < 1) throw std::invalid_argument("a stage needs at least one activation slot");
   Ct_ = shape.d_model / tp.size;
   NHt_ = shape.n_head / tp.size;
   Vt_ = shape.vocab_pad / tp.size;
@@ -42,35 +55,43 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
   const size_t N = size_t(B_) * shape.seq_len, C = shape.d_model, Ct = size_t(Ct_);
   params_ = alloc(table_.total(), false);
   grads_ = alloc(table_.total(), false);
-  tokens_ = be_.alloc_i32(N);
-  targets_ = be_.alloc_i32(N);
-  encoded_ = alloc(N * C);
-  acts_.resize(shape.n_layer);
-  for (auto& a : acts_) {
-    a.ln1 = alloc(N * C);
-    a.ln1_mean = alloc(N);
-    a.ln1_rstd = alloc(N);
-    a.qkv = alloc(N * 3 * Ct);
-    a.atty = alloc(N * Ct);
-    a.att = alloc(be_.attention_saved_floats(B_, shape.seq_len, NHt_));
-    a.res2 = alloc(N * C);
-    a.ln2 = alloc(N * C);
-    a.ln2_mean = alloc(N);
-    a.ln2_rstd = alloc(N);
-    a.fch = alloc(N * 4 * Ct);
-    a.fch_gelu = alloc(N * 4 * Ct);
-    a.res3 = alloc(N * C);
+  slots_.resize(size_t(slots));
+  for (Slot& s : slots_) {
+    s.tokens = be_.alloc_i32(N);
+    s.targets = be_.alloc_i32(N);
+    owned_i32_.push_back(s.tokens);
+    owned_i32_.push_back(s.targets);
+    s.input = alloc(N * C);
+    s.layers.resize(size_t(stage_.n_layers));
+    for (auto& a : s.layers) {
+      a.ln1 = alloc(N * C);
+      a.ln1_mean = alloc(N);
+      a.ln1_rstd = alloc(N);
+      a.qkv = alloc(N * 3 * Ct);
+      a.atty = alloc(N * Ct);
+      a.att = alloc(be_.attention_saved_floats(B_, shape.seq_len, NHt_));
+      a.res2 = alloc(N * C);
+      a.ln2 = alloc(N * C);
+      a.ln2_mean = alloc(N);
+      a.ln2_rstd = alloc(N);
+      a.fch = alloc(N * 4 * Ct);
+      a.fch_gelu = alloc(N * 4 * Ct);
+      a.res3 = alloc(N * C);
+    }
+    if (stage_.last) {
+      s.lnf = alloc(N * C);
+      s.lnf_mean = alloc(N);
+      s.lnf_rstd = alloc(N);
+      s.logits = alloc(N * size_t(Vt_));
+    }
   }
-  lnf_ = alloc(N * C);
-  lnf_mean_ = alloc(N);
-  lnf_rstd_ = alloc(N);
-  logits_ = alloc(N * size_t(Vt_));
   losses_ = alloc(N);
   ce_max_ = alloc(N);
   ce_partials_ = alloc(2 * N);
   proj_scratch_ = alloc(N * C);
   dresidual_ = alloc(N * C);
   dln_ = alloc(N * C);
+  dout_ = alloc(N * C);
   datty_ = alloc(N * Ct);
   dqkv_ = alloc(N * 3 * Ct);
   dfch_ = alloc(N * 4 * Ct);
@@ -78,8 +99,7 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
 
 Gpt::~Gpt() {
   for (float* ptr : owned_) be_.release(ptr);
-  be_.release(tokens_);
-  be_.release(targets_);
+  for (int32_t* ptr : owned_i32_) be_.release(ptr);
 }
 
 void Gpt::set_params(const float* host) { be_.upload(params_, host, table_.total()); }
@@ -87,21 +107,27 @@ void Gpt::get_params(float* host) const { be_.download(host, params_, table_.tot
 void Gpt::get_grads(float* host) const { be_.download(host, grads_, table_.total()); }
 void Gpt::zero_grads() { be_.zero(grads_, table_.total()); }
 
-double Gpt::forward(const int32_t* tokens, const int32_t* targets, float dloss) {
+float* Gpt::input(int slot) { return slots_.at(size_t(slot)).input; }
+const float* Gpt::output(int slot) { return slots_.at(size_t(slot)).layers.back().res3; }
+float* Gpt::output_grad() { return dout_; }
+const float* Gpt::input_grad() { return dresidual_; }
+
+double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, float dloss) {
   const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T;
   const int Ct = Ct_;
   const bool lead = tp_.rank == 0;  // adds the replicated terms that a tp all-reduce would sum tp times
-  be_.upload_i32(tokens_, tokens, N);
-  be_.upload_i32(targets_, targets, N);
-
-  // Vocab-parallel embedding: each rank looks up the tokens in its slice, the sum over the group
-  // is the full lookup (exact: the other ranks add zeros).
-  be_.encoder_forward(encoded_, tokens_, p("wte"), lead ? p("wpe") : nullptr, B_, T, C, vocab_start_, Vt_);
-  tp_all_reduce(encoded_, size_t(N) * C);
-  const float* x = encoded_;  // the residual stream entering block l
-  for (int l = 0; l < shape_.n_layer; ++l) {
-    LayerParams w = layer(params_, l);
-    LayerActs& a = acts_[l];
+  Slot& s = slots_.at(size_t(slot));
+  if (stage_.first) {
+    be_.upload_i32(s.tokens, tokens, N);
+    // Vocab-parallel embedding: each rank looks up the tokens in its slice, the sum over the
+    // group is the full lookup (exact: the other ranks add zeros).
+    be_.encoder_forward(s.input, s.tokens, p("wte"), lead ? p("wpe") : nullptr, B_, T, C, vocab_start_, Vt_);
+    tp_all_reduce(s.input, size_t(N) * C);
+  }
+  const float* x = s.input;  // the residual stream entering each block
+  for (int i = 0; i < stage_.n_layers; ++i) {
+    LayerParams w = layer(params_, stage_.first_layer + i);
+    LayerActs& a = s.layers[size_t(i)];
     be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
     be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * Ct);  // column-parallel (f: identity)
     be_.attention_forward(a.atty, a.att, a.qkv, B_, T, Ct, NHt_);   // this rank's heads
@@ -118,44 +144,55 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, float dloss) 
     be_.residual_forward(a.res3, a.res2, proj_scratch_, size_t(N) * C);
     x = a.res3;
   }
-  be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, p("ln_f.weight"), p("ln_f.bias"), N, C);
+  if (!stage_.last) return 0.0;
+  be_.upload_i32(s.targets, targets, N);
+  be_.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, p("ln_f.weight"), p("ln_f.bias"), N, C);
   // LM head tied to wte: logits (N, Vp/tp) = lnf @ wte_slice^T.
-  be_.matmul_forward(logits_, lnf_, p("wte"), nullptr, N, C, Vt_);
-  have_grad_logits_ = dloss != 0.0f;
+  be_.matmul_forward(s.logits, s.lnf, p("wte"), nullptr, N, C, Vt_);
+  s.grad_logits = dloss != 0.0f;
   if (tp_.size == 1) {
-    be_.softmax_crossentropy(losses_, logits_, targets_, N, shape_.vocab, shape_.vocab_pad, dloss, have_grad_logits_);
+    be_.softmax_crossentropy(losses_, s.logits, s.targets, N, shape_.vocab, shape_.vocab_pad, dloss, s.grad_logits);
   } else {
-    be_.crossentropy_max(ce_max_, logits_, N, Vt_, v_real_);
+    be_.crossentropy_max(ce_max_, s.logits, N, Vt_, v_real_);
     tp_all_reduce(ce_max_, size_t(N), parallel::ReduceOp::Max);
-    be_.crossentropy_partials(ce_partials_, logits_, ce_max_, targets_, N, Vt_, v_real_, vocab_start_);
+    be_.crossentropy_partials(ce_partials_, s.logits, ce_max_, s.targets, N, Vt_, v_real_, vocab_start_);
     tp_all_reduce(ce_partials_, 2 * size_t(N));
-    be_.crossentropy_finish(losses_, logits_, ce_max_, ce_partials_, targets_, N, Vt_, v_real_, vocab_start_, dloss,
-                            have_grad_logits_);
+    be_.crossentropy_finish(losses_, s.logits, ce_max_, ce_partials_, s.targets, N, Vt_, v_real_, vocab_start_, dloss,
+                            s.grad_logits);
   }
   return be_.sum(losses_, N) / N;
 }
 
-void Gpt::backward() {
-  if (!have_grad_logits_) throw std::logic_error("Gpt::backward needs a preceding forward with dloss != 0");
+void Gpt::backward(int slot) {
+  Slot& s = slots_.at(size_t(slot));
   const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T;
-  const int L = shape_.n_layer, Ct = Ct_;
-  be_.zero(dresidual_, size_t(N) * C);
-  // Head: dlnf = dlogits @ wte_slice (partial over the vocabulary: all-reduce); dwte_slice +=
-  // dlogits^T @ lnf.
-  be_.matmul_backward(dln_, g("wte"), nullptr, logits_, lnf_, p("wte"), N, C, Vt_);
-  tp_all_reduce(dln_, size_t(N) * C);
-  be_.layernorm_backward(dresidual_, g("ln_f.weight"), g("ln_f.bias"), dln_, acts_[L - 1].res3, p("ln_f.weight"),
-                         lnf_mean_, lnf_rstd_, N, C);
-  // wte (offset 0) also gets the embedding's gradient at the very end, so the head finishes
-  // only ln_f; each block then finishes its own contiguous range.
-  if (grad_ready_) grad_ready_(table_.find("ln_f.weight").offset);
-  // dresidual_ now holds dL/d(residual stream) at the output of the current block (the same on
-  // every tp rank); each LayerNorm backward adds its branch's contribution as the stream passes
-  // its fork.
-  for (int l = L - 1; l >= 0; --l) {
+  const int Ct = Ct_;
+  if (stage_.last) {
+    if (!s.grad_logits) throw std::logic_error("Gpt::backward needs a preceding forward with dloss != 0");
+    be_.zero(dresidual_, size_t(N) * C);
+    // Head: dlnf = dlogits @ wte_slice (partial over the vocabulary: all-reduce); dwte_slice +=
+    // dlogits^T @ lnf.
+    be_.matmul_backward(dln_, g("wte"), nullptr, s.logits, s.lnf, p("wte"), N, C, Vt_);
+    tp_all_reduce(dln_, size_t(N) * C);
+    const float* x_last = stage_.n_layers > 0 ? s.layers.back().res3 : s.input;
+    be_.layernorm_backward(dresidual_, g("ln_f.weight"), g("ln_f.bias"), dln_, x_last, p("ln_f.weight"), s.lnf_mean,
+                           s.lnf_rstd, N, C);
+    s.grad_logits = false;
+    // wte (offset 0) also gets the embedding's gradient at the very end (or, in a pipeline, the
+    // embedding group's sum), so the head finishes only ln_f.
+    if (grad_ready_) grad_ready_(table_.find("ln_f.weight").offset);
+  } else {
+    // d(output) arrived from the next stage into dout_: it starts the residual-stream gradient.
+    be_.zero(dresidual_, size_t(N) * C);
+    be_.residual_forward(dresidual_, dresidual_, dout_, size_t(N) * C);
+  }
+  // dresidual_ holds dL/d(residual stream) at the output of the current block (the same on every
+  // tp rank); each LayerNorm backward adds its branch's contribution as the stream passes its fork.
+  for (int i = stage_.n_layers - 1; i >= 0; --i) {
+    const int l = stage_.first_layer + i;
     LayerParams w = layer(params_, l), dw = layer(grads_, l);
-    LayerActs& a = acts_[l];
-    const float* x = l == 0 ? encoded_ : acts_[l - 1].res3;
+    LayerActs& a = s.layers[size_t(i)];
+    const float* x = i == 0 ? s.input : s.layers[size_t(i) - 1].res3;
     // MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))). Row-parallel backward (g: identity):
     // every rank computes the replicated bias gradient from the same dresidual.
     be_.matmul_backward(dfch_, dw.fcprojw, dw.fcprojb, dresidual_, a.fch_gelu, w.fcprojw, N, 4 * Ct, C);
@@ -171,23 +208,29 @@ void Gpt::backward() {
     be_.layernorm_backward(dresidual_, dw.ln1w, dw.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     if (grad_ready_) grad_ready_(size_t(dw.ln1w - grads_));
   }
-  // Every rank computes the (replicated) wpe gradient; wte only for its vocabulary slice.
-  be_.encoder_backward(g("wte"), g("wpe"), dresidual_, tokens_, B_, T, C, vocab_start_, Vt_);
+  if (stage_.first) {
+    // Every rank computes the (replicated) wpe gradient; wte only for its vocabulary slice.
+    be_.encoder_backward(g("wte"), g("wpe"), dresidual_, s.tokens, B_, T, C, vocab_start_, Vt_);
+  }
+  // Offset 0 is final now on the first stage; on a last stage it holds the tied wte.
   if (grad_ready_) grad_ready_(0);
-  have_grad_logits_ = false;
 }
 
 std::vector<size_t> Gpt::grad_ready_points() const {
-  std::vector<size_t> pts = {table_.find("ln_f.weight").offset};
-  for (int l = shape_.n_layer - 1; l >= 0; --l) pts.push_back(table_.find("h." + std::to_string(l) + ".ln1.weight").offset);
+  std::vector<size_t> pts;
+  if (stage_.last) pts.push_back(table_.find("ln_f.weight").offset);
+  for (int i = stage_.n_layers - 1; i >= 0; --i)
+    pts.push_back(table_.find("h." + std::to_string(stage_.first_layer + i) + ".ln1.weight").offset);
   pts.push_back(0);
   return pts;
 }
 
 std::vector<float> Gpt::logits() const {
-  if (have_grad_logits_) throw std::logic_error("Gpt::logits: the last forward turned them into gradients");
+  const Slot& s = slots_.at(0);
+  if (!stage_.last || s.grad_logits)
+    throw std::logic_error("Gpt::logits: only after a forward with dloss == 0, on the last stage");
   std::vector<float> out(size_t(B_) * shape_.seq_len * Vt_);
-  be_.download(out.data(), logits_, out.size());
+  be_.download(out.data(), s.logits, out.size());
   return out;
 }
 

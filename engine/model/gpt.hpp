@@ -10,6 +10,12 @@
 // (g) and one on the input gradient of each column-parallel projection backward (f): two
 // forward, two backward. The embedding and the LM head are vocab-parallel; the cross-entropy
 // reduces only per-token scalars, never the logits. Shapes below marked /tp are per rank.
+//
+// With pipeline parallelism a Gpt is one stage: a contiguous range of blocks, plus the
+// embedding on the first stage and ln_f + head + loss on the last (which holds its own copy of
+// the tied wte). A stage keeps activations for `slots` micro-batches at once (1F1B keeps at
+// most pp - stage in flight); its input and output cross stages through input()/output() and
+// their gradients through output_grad()/input_grad().
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -30,13 +36,15 @@ struct TensorParallel {
 
 class Gpt {
  public:
-  Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp = {});
+  Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp = {}, StageSpec stage = {},
+      int slots = 1);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptShape& shape() const { return shape_; }
   const TensorParallel& tp() const { return tp_; }
+  const StageSpec& stage() const { return stage_; }
   const ParamTable& table() const { return table_; }
   int micro_batch() const { return B_; }
   size_t num_params() const { return table_.total(); }
@@ -49,22 +57,34 @@ class Gpt {
   void get_grads(float* host) const;
   void zero_grads();
 
-  // Forward pass on host tokens/targets (B,T). Returns the mean loss over the B*T positions.
-  // With dloss != 0 the logits buffer is turned into dlogits = dloss * d(sum of losses)/dlogits,
-  // ready for backward(); use dloss = 1/(B*T*micro_steps) for a mean over the global batch.
-  double forward(const int32_t* tokens, const int32_t* targets, float dloss);
-  // Accumulates parameter gradients into grads(). Requires the previous forward with dloss != 0.
-  // If a hook is set, backward calls it with an offset each time every gradient at or after that
-  // offset of the flat buffer is final (after the head, after each block, after the embedding),
-  // which is what bucketed data-parallel reduction needs to overlap with backward.
-  void backward();
+  // Forward pass of micro-batch slot `slot` on host tokens/targets (B,T) (tokens are read by the
+  // first stage, targets by the last; other stages read input(slot)). Returns the mean loss over
+  // the B*T positions on the last stage, 0 elsewhere. With dloss != 0 the last stage turns its
+  // logits into dlogits = dloss * d(sum of losses)/dlogits, ready for backward().
+  double forward(int slot, const int32_t* tokens, const int32_t* targets, float dloss);
+  double forward(const int32_t* tokens, const int32_t* targets, float dloss) {
+    return forward(0, tokens, targets, dloss);
+  }
+  // Accumulates parameter gradients into grads(), for the slot's last forward (with dloss != 0
+  // on the last stage; other stages need output_grad() filled first). If a hook is set, backward
+  // calls it with an offset each time every gradient at or after that offset of the flat buffer
+  // is final, which is what bucketed data-parallel reduction needs to overlap with backward.
+  void backward(int slot);
+  void backward() { backward(0); }
   void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_ = std::move(hook); }
   // The offsets backward reports to the hook, in the order it reports them.
   std::vector<size_t> grad_ready_points() const;
-  // This rank's logits (B,T,Vp/tp) of the last forward with dloss == 0, downloaded to host.
+
+  // Pipeline boundaries, each (B,T,C) in backend memory.
+  float* input(int slot);         // a non-first stage's input activation for the slot
+  const float* output(int slot);  // a non-last stage's output after forward(slot)
+  float* output_grad();           // a non-last stage receives d(output) here before backward
+  const float* input_grad();      // a non-first stage's d(input) after backward
+
+  // This rank's logits (B,T,Vp/tp) of the last forward of slot 0 with dloss == 0 (last stage).
   std::vector<float> logits() const;
 
-  // Host bytes of activation memory held for one micro-batch.
+  // Bytes of activation memory held for all slots.
   size_t activation_bytes() const { return act_floats_ * sizeof(float); }
 
  private:
@@ -72,21 +92,19 @@ class Gpt {
   float* g(const std::string& name) { return grads_ + table_.find(name).offset; }
   struct LayerParams;
   LayerParams layer(float* base, int l);
-
   void tp_all_reduce(float* buf, size_t n, parallel::ReduceOp op = parallel::ReduceOp::Sum);
 
   Backend& be_;
   GptShape shape_;
   TensorParallel tp_;
+  StageSpec stage_;
   int Ct_, NHt_, Vt_, vocab_start_, v_real_;  // per-rank widths: C/tp, NH/tp, Vp/tp; vocab slice
   ParamTable table_;
   int B_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
-  int32_t* tokens_ = nullptr;   // (B,T)
-  int32_t* targets_ = nullptr;  // (B,T)
 
-  // Activations saved for backward. Per layer l (each N*C unless noted):
+  // Activations saved for backward, per slot. Per layer (each N*C unless noted):
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd;  // ln1 (N,C); stats (N)
     float *qkv;                        // (N,3C/tp): this rank's heads' q | k | v
@@ -96,21 +114,27 @@ class Gpt {
     float *fch, *fch_gelu;             // (N,4C/tp) each
     float *res3;                       // block output = next block's input
   };
-  std::vector<LayerActs> acts_;
-  float *encoded_ = nullptr;                                      // (N,C)
-  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (N,C), (N), (N)
-  float *logits_ = nullptr;                                       // (N,Vp/tp); dlogits after forward(dloss != 0)
+  struct Slot {
+    int32_t *tokens = nullptr, *targets = nullptr;  // (B,T)
+    float* input = nullptr;                         // (N,C): embedding output, or the previous stage's
+    std::vector<LayerActs> layers;                  // this stage's blocks
+    float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (N,C), (N), (N)
+    float* logits = nullptr;                        // last stage: (N,Vp/tp); dlogits after forward(dloss != 0)
+    bool grad_logits = false;
+  };
+  std::vector<Slot> slots_;
   float *losses_ = nullptr;                                       // (N)
   float *ce_max_ = nullptr, *ce_partials_ = nullptr;              // (N), (2N): vocab-parallel CE
   float *proj_scratch_ = nullptr;                                 // (N,C): attn/mlp projection outputs
   // Gradient scratch for backward.
-  float *dresidual_ = nullptr, *dln_ = nullptr;                     // (N,C)
+  float *dresidual_ = nullptr, *dln_ = nullptr;                     // (N,C); dresidual_ ends as d(input)
+  float *dout_ = nullptr;                                           // (N,C): d(output) from the next stage
   float *datty_ = nullptr;                                          // (N,C/tp)
   float *dqkv_ = nullptr;                                           // (N,3C/tp)
   float *dfch_ = nullptr;                                           // (N,4C/tp)
   std::vector<float*> owned_;
+  std::vector<int32_t*> owned_i32_;
   size_t act_floats_ = 0;
-  bool have_grad_logits_ = false;
   std::function<void(size_t)> grad_ready_;
   float* alloc(size_t n, bool activation = true);
 };

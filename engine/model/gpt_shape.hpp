@@ -4,6 +4,14 @@
 
 namespace loom {
 
+// Which part of the model a pipeline stage holds: blocks [first_layer, first_layer + n_layers),
+// the embedding if it is the first stage, ln_f + head + loss if it is the last. The default,
+// n_layers = -1, is the whole model.
+struct StageSpec {
+  int first_layer = 0, n_layers = -1;
+  bool first = true, last = true;
+};
+
 struct GptShape {
   int n_layer = 0;     // L
   int n_head = 0;      // NH

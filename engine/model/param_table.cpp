@@ -33,7 +33,8 @@ const ParamInfo& ParamTable::find(const std::string& name) const {
   throw std::out_of_range("no parameter named '" + name + "'");
 }
 
-ParamTable gpt_param_table(const GptShape& s, int r, int tp) {
+ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
+  if (stage.n_layers < 0) stage.n_layers = s.n_layer;
   const int64_t C = s.d_model, Vt = s.vocab_pad / tp;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   using N = ParamInit;
@@ -74,7 +75,8 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp) {
     p.init_std = sd;
     t.add(std::move(p));
   };
-  {
+  // The first stage embeds, the last stage's head is tied to the same wte: both hold a copy.
+  if (stage.first || stage.last) {
     ParamInfo wte;  // vocab-parallel: rank r holds vocabulary rows [r*Vp/tp, (r+1)*Vp/tp)
     wte.name = "wte";
     wte.split = tp > 1 ? TpSplit::Rows : TpSplit::Replicated;
@@ -86,8 +88,8 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp) {
     wte.init_std = std;
     t.add(std::move(wte));
   }
-  replicated("wpe", {s.seq_len, C}, true, N::Normal, std);
-  for (int l = 0; l < s.n_layer; ++l) {
+  if (stage.first) replicated("wpe", {s.seq_len, C}, true, N::Normal, std);
+  for (int l = stage.first_layer; l < stage.first_layer + stage.n_layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     replicated(h + "ln1.weight", {C}, false, N::Ones);
     replicated(h + "ln1.bias", {C}, false, N::Zeros);
@@ -102,8 +104,10 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp) {
     cols(h + "mlp.proj.weight", C, 4 * C, proj_std);
     replicated(h + "mlp.proj.bias", {C}, false, N::Zeros);
   }
-  replicated("ln_f.weight", {C}, false, N::Ones);
-  replicated("ln_f.bias", {C}, false, N::Zeros);
+  if (stage.last) {
+    replicated("ln_f.weight", {C}, false, N::Ones);
+    replicated("ln_f.bias", {C}, false, N::Zeros);
+  }
   return t;
 }
 

@@ -60,7 +60,8 @@ class ParamTable {
 // contiguous range; for rank `tp_rank` of `tp` (Megatron's column/row-parallel split, and the
 // vocab-parallel embedding). Init follows GPT-2: N(0, 0.02), residual projections
 // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. wte has Vp rows; padding rows are zero.
-ParamTable gpt_param_table(const GptShape& s, int tp_rank = 0, int tp = 1);
+// A pipeline stage's table holds only its part (StageSpec); names keep global layer numbers.
+ParamTable gpt_param_table(const GptShape& s, int tp_rank = 0, int tp = 1, StageSpec stage = {});
 
 // Fills `host` (table.total() floats) with the initial values, from `seed`. Element (i, j) of
 // global tensor P is a pure function of (seed, P's name, i * cols + j): any rank generates its

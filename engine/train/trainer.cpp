@@ -11,14 +11,12 @@
 
 #include "engine/util/crc32c.hpp"
 #include "kernels/backend_factory.hpp"
+#include "parallel/pipeline_schedule.hpp"
 
 namespace loom {
 
 void Trainer::check_supported() const {
   // What this build does not do yet is refused up front, by name, rather than run wrongly.
-  if (r_.parallel.pp != 1)
-    throw std::runtime_error("parallel.pp=" + std::to_string(r_.parallel.pp) +
-                             ": pipeline parallelism is not implemented in this build yet (use pp = 1)");
   if (!r_.checkpoint.dir.empty())
     throw std::runtime_error("checkpoint.dir=" + r_.checkpoint.dir +
                              ": checkpoints are not implemented in this build yet; set checkpoint.dir to \"\"");
@@ -49,8 +47,14 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
   // The vocabulary is padded to a multiple of 128 * tp: every rank gets an equal, aligned slice.
   const int tp = r_.parallel.tp;
   GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
+  // Pipeline stage: contiguous blocks; the first stage embeds, the last computes the loss.
+  const int pp = r_.parallel.pp, stage = groups.coord().pp;
+  const std::vector<int> per_stage = r_.stage_layers();
+  StageSpec spec{0, per_stage[size_t(stage)], stage == 0, stage == pp - 1};
+  for (int s = 0; s < stage; ++s) spec.first_layer += per_stage[size_t(s)];
+  const int slots = parallel::pipeline_in_flight(stage, pp, r_.grad_accum());
   model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
-                                 TensorParallel{groups.coord().tp, tp, &groups.tp()});
+                                 TensorParallel{groups.coord().tp, tp, &groups.tp()}, spec, slots);
   std::vector<float> init(model_->num_params());
   init_params(model_->table(), shape, r_.train.seed, init.data());
   model_->set_params(init.data());
@@ -83,12 +87,15 @@ double Trainer::global_grad_norm() {
   for (const auto& rg : sync.owned()) {
     for (const ParamInfo& p : model_->table().params()) {
       const size_t lo = std::max(rg.begin, p.offset), hi = std::min(rg.end, p.offset + p.numel);
-      if (lo < hi && (tp_lead || p.split != TpSplit::Replicated))
+      // The tied wte of a pipeline's last stage is a copy of the first stage's: counted there.
+      const bool tied_copy = p.name == "wte" && !model_->stage().first;
+      if (lo < hi && !tied_copy && (tp_lead || p.split != TpSplit::Replicated))
         local += backend_->sum_squares(packed + k + (lo - rg.begin), hi - lo);
     }
     k += rg.size();
   }
   if (sync.zero1()) local = groups_.dp().sum_ordered(local);
+  local = groups_.pp().sum_ordered(local);
   return std::sqrt(groups_.tp().sum_ordered(local));
 }
 
@@ -109,16 +116,39 @@ void Trainer::check_replicas() {
   if (rank_ == 0) std::printf("loom: replicated parameters identical on every tensor-parallel rank\n");
 }
 
+void Trainer::check_tied_embeddings() {
+  parallel::MpiCommunicator* emb = groups_.embedding();
+  if (!emb) return;
+  std::vector<float> host(model_->num_params());
+  model_->get_params(host.data());
+  const ParamInfo& wte = model_->table().find("wte");
+  const double mine = double(crc32c(host.data() + wte.offset, wte.numel * sizeof(float)));
+  if (emb->sum_ordered(mine) != 2 * mine)
+    throw std::runtime_error("the tied embedding copies of the first and last pipeline stages differ (rank " +
+                             std::to_string(rank_) + ")");
+  if (groups_.coord().pp == 0 && groups_.coord().tp == 0 && groups_.coord().dp == 0)
+    std::printf("loom: tied embedding identical on the first and last pipeline stages\n");
+}
+
 double Trainer::dp_mean(double local) { return groups_.dp().sum_ordered(local) / r_.parallel.dp; }
 
 double Trainer::evaluate() {
+  // Forward only, micro-batch by micro-batch through the pipeline (activations flow down the
+  // stages in order; nothing flows back). The last stage holds the losses.
   const int B = r_.train.micro_batch, T = r_.model.seq_len;
+  const size_t elems = size_t(B) * T * r_.model.d_model;
+  const StageSpec& st = model_->stage();
+  parallel::MpiCommunicator& pp = groups_.pp();
   double sum = 0;
   int n = 0;
   for (const StepBatch& b : val_batches_)
-    for (int micro = 0; micro < layout_.micro_steps; ++micro, ++n)
-      sum += model_->forward(b.tokens.data() + size_t(micro) * B * T, b.targets.data() + size_t(micro) * B * T, 0.0f);
-  return dp_mean(sum / n);
+    for (int micro = 0; micro < layout_.micro_steps; ++micro, ++n) {
+      const size_t off = size_t(micro) * B * T;
+      if (!st.first) pp.recv(model_->input(0), elems, pp.rank() - 1, 21);
+      sum += model_->forward(0, b.tokens.data() + off, b.targets.data() + off, 0.0f);
+      if (!st.last) pp.send(model_->output(0), elems, pp.rank() + 1, 21);
+    }
+  return dp_mean(pp.sum_ordered(sum) / n);
 }
 
 void Trainer::log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
@@ -166,17 +196,36 @@ TrainSummary Trainer::run() {
     StepBatch batch = train_data_->next();
     model.zero_grads();
     double loss = 0;
-    for (int micro = 0; micro < accum; ++micro) {
-      const size_t off = size_t(micro) * B * T;
-      loss += model.forward(batch.tokens.data() + off, batch.targets.data() + off, dloss);
-      // Gradient accumulation communicates nothing until the last micro-step, whose backward
-      // launches each bucket as soon as it is complete.
-      const bool overlap = micro + 1 == accum && r_.parallel.overlap_grad_reduce;
-      model.set_grad_ready_hook(overlap ? std::function<void(size_t)>([&](size_t o) { sync.grads_ready_from(o); })
-                                        : nullptr);
-      model.backward();
-    }
+    const int slots = parallel::pipeline_in_flight(groups_.coord().pp, r_.parallel.pp, accum);
+    // Gradient accumulation communicates nothing until the last micro-batch, whose backward
+    // launches each gradient bucket as soon as it is complete. The tied embedding (offset 0) of a
+    // pipeline's first and last stages waits for the embedding group's sum below.
+    const size_t defer_below = groups_.embedding() ? model.table().find("wte").numel : 0;
+    auto hook = [&](size_t o) { sync.grads_ready_from(std::max(o, defer_below)); };
+    parallel::StageWork work;
+    work.forward = [&](int i) {
+      const size_t off = size_t(i) * B * T;
+      loss += model.forward(i % slots, batch.tokens.data() + off, batch.targets.data() + off, dloss);
+    };
+    work.backward = [&](int i) {
+      const bool overlap = i + 1 == accum && r_.parallel.overlap_grad_reduce;
+      model.set_grad_ready_hook(overlap ? std::function<void(size_t)>(hook) : nullptr);
+      model.backward(i % slots);
+    };
+    work.input = [&](int i) { return model.input(i % slots); };
+    work.output = [&](int i) { return model.output(i % slots); };
+    work.output_grad = [&] { return model.output_grad(); };
+    work.input_grad = [&] { return model.input_grad(); };
+    parallel::run_1f1b(groups_.pp(), accum, size_t(B) * T * r_.model.d_model, work);
     model.set_grad_ready_hook(nullptr);
+    if (parallel::MpiCommunicator* emb = groups_.embedding()) {
+      // Tied embedding: the first stage's (lookup) and last stage's (head) gradients summed, so
+      // both copies take the same update and stay identical.
+      const ParamInfo& wte = model.table().find("wte");
+      emb->all_reduce(model.grads() + wte.offset, wte.numel, parallel::ReduceOp::Sum);
+    }
+    // The loss lives on the last stage: the sum over the pipeline group gives it to every stage.
+    loss = groups_.pp().sum_ordered(loss);
     const double comm_s = sync.finish();
     summary.comm_wait_s += comm_s;
     const double norm = global_grad_norm();
@@ -202,6 +251,7 @@ TrainSummary Trainer::run() {
     }
   }
   check_replicas();
+  check_tied_embeddings();
   if (op_timer_ && rank_ == 0)
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
   if (summary.steps > 1)

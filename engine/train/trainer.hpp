@@ -44,6 +44,7 @@ class Trainer {
   double dp_mean(double local);  // the mean over data-parallel ranks, identical on every rank
   double global_grad_norm();
   void check_replicas();
+  void check_tied_embeddings();
 
   Recipe r_;
   parallel::ProcessGroups& groups_;

@@ -2,7 +2,7 @@
 # trains the tiny recipe 50 steps and must give the single-rank loss (within 1e-5 relative) and
 # grad norm (1e-4) at every step (the same global batch and the same global initial weights; only
 # how the work is split changes). A layout with parallel.zero=1 must also hold 1/dp of the
-# optimizer state of a replicated-optimizer layout with the same tp.
+# optimizer state of a replicated-optimizer layout with the same tp and pp.
 #   layouts_match_single_rank.sh LOOM SRC MPIEXEC "dp2:2:" "tp2:2:--set parallel.tp=2" ...
 source "$(dirname "$0")/../cli/common.sh"
 shift 3
@@ -50,16 +50,19 @@ for name in names:
             assert rel <= tol[k], f"{name} step {a['step']} {k}: {b[k]} vs single-rank {a[k]} (rel {rel:.2e})"
     print(f"{name}: 50 steps match the single rank; worst relative difference: loss {worst['loss']:.1e}, "
           f"grad norm {worst['grad_norm']:.1e}")
-def tp_of(overrides):
-    m = re.search(r"parallel.tp=(\d+)", overrides)
+def degree(key, overrides):
+    m = re.search(rf"parallel.{key}=(\d+)", overrides)
     return int(m.group(1)) if m else 1
 layouts = [line.rstrip("\n").split("\t") for line in open(f"{work}/layouts.tsv")]
 for name, np, overrides in layouts:
     if "parallel.zero=1" not in overrides:
         continue
-    tp, dp = tp_of(overrides), int(np) // tp_of(overrides)
-    # Against the replicated optimizer of the same tp slice (the single rank's when tp = 1).
-    ref = "single" if tp == 1 else next(n for n, _, o in layouts if tp_of(o) == tp and "zero=1" not in o)
+    tp, pp = degree("tp", overrides), degree("pp", overrides)
+    dp = int(np) // (tp * pp)
+    # Against the replicated optimizer of the same tp/pp slice (rank 0's; the single rank's when
+    # tp = pp = 1).
+    same = lambda o: degree("tp", o) == tp and degree("pp", o) == pp and "zero=1" not in o
+    ref = "single" if tp == pp == 1 else next(n for n, _, o in layouts if same(o))
     want = state_mb(ref) / dp
     print(f"{name}: ZeRO-1 optimizer state {state_mb(name)} MB per rank = {ref}'s {state_mb(ref)} MB / dp {dp}")
     assert abs(state_mb(name) - want) / want < 0.02, f"{name}: expected about {want:.2f} MB"
