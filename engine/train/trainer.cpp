@@ -1,6 +1,8 @@
 #include "engine/train/trainer.hpp"
 
 #include <algorithm>
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -116,6 +118,30 @@ void Trainer::check_replicas() {
   if (rank_ == 0) std::printf("loom: replicated parameters identical on every tensor-parallel rank\n");
 }
 
+void Trainer::report_memory() {
+  // Per rank: pipeline stage, activation slots (1F1B keeps at most pp - stage micro-batches in
+  // flight), activation bytes, optimizer state bytes and peak host RSS, gathered to rank 0.
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const int n = world_;
+  std::vector<float> all(size_t(n) * 5, 0.0f);
+  float* mine = all.data() + size_t(rank_) * 5;
+  mine[0] = float(groups_.coord().pp);
+  mine[1] = float(parallel::pipeline_in_flight(groups_.coord().pp, r_.parallel.pp, layout_.micro_steps));
+  mine[2] = float(model_->activation_bytes() / 1e6);
+  mine[3] = float(optim_->state_bytes() / 1e6);
+  mine[4] = float(ru.ru_maxrss / 1024.0);
+  groups_.world().all_gather(all.data(), std::vector<size_t>(size_t(n), 5));
+  if (rank_ != 0) return;
+  std::printf("loom: memory per rank (activations: micro-batches in flight x one micro-batch's activations)\n");
+  for (int i = 0; i < n; ++i) {
+    const float* m = all.data() + size_t(i) * 5;
+    std::printf("loom:   rank %d stage %d: %d in flight, activations %.2f MB, optimizer state %.2f MB, peak RSS "
+                "%.1f MB\n",
+                i, int(m[0]), int(m[1]), m[2], m[3], m[4]);
+  }
+}
+
 void Trainer::check_tied_embeddings() {
   parallel::MpiCommunicator* emb = groups_.embedding();
   if (!emb) return;
@@ -179,7 +205,7 @@ TrainSummary Trainer::run() {
   const float dloss = 1.0f / float(size_t(r_.global_batch_resolved()) * T);
   Gpt& model = *model_;
   if (rank_ == 0) {
-    std::printf("loom: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d | %.2fM params | "
+    std::printf("loom: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d | %.2fM params on rank 0 | "
                 "global batch %d = micro %d x accum %d x dp %d | %llu samples per epoch | backend %s, peak %.1f "
                 "GFLOP/s | zero %d: optimizer state %.2f MB per rank, %zu gradient buckets\n",
                 r_.model.n_layer, r_.model.n_head, r_.model.d_model, r_.model.vocab_size, model.shape().vocab_pad, T,
@@ -252,6 +278,7 @@ TrainSummary Trainer::run() {
   }
   check_replicas();
   check_tied_embeddings();
+  report_memory();
   if (op_timer_ && rank_ == 0)
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
   if (summary.steps > 1)

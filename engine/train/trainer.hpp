@@ -45,6 +45,7 @@ class Trainer {
   double global_grad_norm();
   void check_replicas();
   void check_tied_embeddings();
+  void report_memory();
 
   Recipe r_;
   parallel::ProcessGroups& groups_;
