@@ -27,6 +27,7 @@ struct CommBenchArgs {
   std::string ops = "all_reduce,reduce_scatter,all_gather";
 };
 int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv);
+int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv);
 
 // This process's rank as the launcher (mpirun, srun) announces it before MPI starts, so that
 // argument errors are printed by one rank only. 0 when not launched by one.

@@ -47,6 +47,12 @@ int main(int argc, char** argv) {
   prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")->capture_default_str();
   prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str();
 
+  CLI::App* ckpt = app.add_subcommand("ckpt", "checkpoints: inspect");
+  ckpt->require_subcommand(1);
+  CLI::App* inspect = ckpt->add_subcommand("inspect", "verify a checkpoint and list its tensors, layout, step and recipe");
+  std::string ckpt_dir;
+  inspect->add_option("dir", ckpt_dir, "a checkpoint directory, or a checkpoint.dir (its newest)")->required();
+
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate), comm (collectives)");
   bench->require_subcommand(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measure sgemm GFLOP/s on this machine (the CPU MFU peak)");
@@ -88,6 +94,7 @@ int main(int argc, char** argv) {
   if (*gemm) return cmd_bench_gemm(gemm_n, gemm_reps);
   if (*prep) return cmd_prep(prep_opts);
   if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
+  if (*inspect) return cmd_ckpt_inspect(ckpt_dir, &argc, &argv);
   std::printf("%s", app.help().c_str());
   return 0;
 }

@@ -30,6 +30,7 @@ struct TrainConfig {
   int micro_batch = 4;
   int global_batch = 0;  // 0 means "auto": micro_batch * dp (no gradient accumulation)
   int64_t steps = 1000;
+  int64_t stop_at_step = 0;  // > 0: end this run (with a checkpoint) once this step is done
   uint64_t seed = 1337;
   std::string backend = "cpu";     // cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16 | fp16

@@ -2,16 +2,27 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 namespace loom {
 
-MetricsLog::MetricsLog(const std::string& dir) {
+MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::runtime_error("log.dir=" + dir + ": cannot create the run directory: " + ec.message());
   path_ = dir + "/metrics.jsonl";
+  std::string kept;
+  if (resume_step > 0) {
+    std::ifstream in(path_);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto pos = line.find("\"step\": ");
+      if (pos != std::string::npos && std::stoll(line.substr(pos + 8)) < resume_step) kept += line + "\n";
+    }
+  }
   f_ = std::fopen(path_.c_str(), "w");
+  if (f_) std::fputs(kept.c_str(), f_);
   if (!f_) throw std::runtime_error("log.dir=" + dir + ": cannot open " + path_ + " for writing");
 }
 

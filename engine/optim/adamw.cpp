@@ -34,6 +34,24 @@ void AdamW::step(float* params, const float* packed_grads, double lr, int64_t t)
   }
 }
 
+void AdamW::export_state(float* full_m, float* full_v) const {
+  size_t packed = 0;
+  for (const FlatRange& r : owned_) {
+    be_.download(full_m + r.begin, m_ + packed, r.end - r.begin);
+    be_.download(full_v + r.begin, v_ + packed, r.end - r.begin);
+    packed += r.end - r.begin;
+  }
+}
+
+void AdamW::import_state(const float* full_m, const float* full_v) {
+  size_t packed = 0;
+  for (const FlatRange& r : owned_) {
+    be_.upload(m_ + packed, full_m + r.begin, r.end - r.begin);
+    be_.upload(v_ + packed, full_v + r.begin, r.end - r.begin);
+    packed += r.end - r.begin;
+  }
+}
+
 void clip_by_norm(Backend& be, float* grads, size_t n, double norm, double clip) {
   if (clip > 0 && norm > clip) be.scale(grads, n, float(clip / (norm + 1e-6)));
 }

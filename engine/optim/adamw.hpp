@@ -35,6 +35,10 @@ class AdamW {
   float* v() { return v_; }
   size_t owned_size() const { return owned_size_; }
   size_t state_bytes() const { return 2 * owned_size_ * sizeof(float); }
+  // Host arrays of the whole flat buffer's size: the owned ranges of m and v are copied out to
+  // (export) or in from (import) their flat positions; the rest of the arrays is left alone.
+  void export_state(float* full_m, float* full_v) const;
+  void import_state(const float* full_m, const float* full_v);
 
  private:
   Backend& be_;

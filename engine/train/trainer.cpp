@@ -19,9 +19,6 @@ namespace loom {
 
 void Trainer::check_supported() const {
   // What this build does not do yet is refused up front, by name, rather than run wrongly.
-  if (!r_.checkpoint.dir.empty())
-    throw std::runtime_error("checkpoint.dir=" + r_.checkpoint.dir +
-                             ": checkpoints are not implemented in this build yet; set checkpoint.dir to \"\"");
 }
 
 Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
@@ -38,7 +35,6 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
     validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
     if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
   }
-  train_data_ = std::make_unique<DataLoader>(std::move(train), layout_);
 
   backend_ = make_backend(r_.train.backend);
   if (const char* prof = std::getenv("LOOM_PROFILE_OPS"); prof && std::string(prof) == "1") {
@@ -71,7 +67,12 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
   optim_ = std::make_unique<AdamW>(*backend_, model_->table(), AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay},
                                    owned);
   schedule_ = LrSchedule{o.lr, o.min_lr, o.warmup_steps, r_.train.steps};
-  if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(r_.log.dir);
+  // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
+  checkpointer_ = std::make_unique<Checkpointer>(r_, groups, *model_, *optim_, *grad_sync_);
+  const ResumePoint at = checkpointer_->resume();
+  start_step_ = at.steps_done;
+  train_data_ = std::make_unique<DataLoader>(std::move(train), layout_, 2, LoaderState{at.loader_next_step});
+  if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(r_.log.dir, start_step_);
   peak_flops_ = backend_->peak_flops();
 }
 
@@ -215,9 +216,10 @@ TrainSummary Trainer::run() {
     std::fflush(stdout);
   }
   TrainSummary summary;
+  summary.steps = start_step_;
   double timed_s = 0, last_wait = 0;
   parallel::GradSync& sync = *grad_sync_;
-  for (int64_t step = 0; step < r_.train.steps; ++step) {
+  for (int64_t step = start_step_; step < r_.train.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     StepBatch batch = train_data_->next();
     model.zero_grads();
@@ -262,8 +264,9 @@ TrainSummary Trainer::run() {
     loss = dp_mean(loss / accum);
     backend_->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (step > 0) timed_s += dt;
-    const bool last = step + 1 == r_.train.steps;
+    if (step > start_step_) timed_s += dt;
+    // The schedule always runs to train.steps; stop_at_step only ends this run early.
+    const bool last = step + 1 == r_.train.steps || step + 1 == r_.train.stop_at_step;
     double val_loss = -1;
     if (!val_batches_.empty() && ((step + 1) % r_.log.eval_every == 0 || last)) {
       val_loss = evaluate();
@@ -275,14 +278,18 @@ TrainSummary Trainer::run() {
       log_step(step, loss, val_loss, lr, norm, dt, train_data_->wait_seconds() - last_wait, comm_s);
       last_wait = train_data_->wait_seconds();
     }
+    const int64_t done = step + 1;
+    if (!r_.checkpoint.dir.empty() && ((r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0) || last))
+      checkpointer_->save(done, train_data_->state().next_step);
+    if (last) break;
   }
   check_replicas();
   check_tied_embeddings();
   report_memory();
   if (op_timer_ && rank_ == 0)
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
-  if (summary.steps > 1)
-    summary.tokens_per_s = double(summary.steps - 1) * r_.global_batch_resolved() * T / timed_s;
+  const int64_t timed_steps = summary.steps - start_step_ - 1;
+  if (timed_steps > 0) summary.tokens_per_s = double(timed_steps) * r_.global_batch_resolved() * T / timed_s;
   return summary;
 }
 

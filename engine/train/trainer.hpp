@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/checkpointer.hpp"
 #include "engine/config/recipe.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/metrics/metrics_log.hpp"
@@ -59,6 +60,8 @@ class Trainer {
   std::unique_ptr<parallel::GradSync> grad_sync_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  int64_t start_step_ = 0;  // steps already done (resumed from a checkpoint)
   LrSchedule schedule_;
   double peak_flops_ = 0;
 };

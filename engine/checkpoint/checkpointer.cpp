@@ -1,0 +1,312 @@
+#include "engine/checkpoint/checkpointer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "engine/checkpoint/h5_tensor_file.hpp"
+#include "engine/config/recipe_io.hpp"
+#include "engine/util/crc32c.hpp"
+#include "loom_version.hpp"
+
+namespace loom {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kFile = "model.h5";
+
+std::string step_name(int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step_%08lld", (long long)step);
+  return b;
+}
+
+// CRC-32C and size of a whole file, read in 4 MiB blocks.
+std::pair<uint32_t, uint64_t> file_crc(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": cannot open");
+  std::vector<char> buf(4 << 20);
+  uint32_t crc = 0;
+  uint64_t n = 0;
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    const auto got = size_t(f.gcount());
+    crc = crc32c(buf.data(), got, crc);
+    n += got;
+  }
+  return {crc, n};
+}
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << text;
+    if (!f) throw std::runtime_error(tmp + ": write failed");
+  }
+  fsync_path(tmp);
+  fs::rename(tmp, path);
+}
+
+// The global tensors of the model in a fixed order, with the shape stored for each (wte keeps
+// only the real vocabulary rows: the padding depends on tp).
+struct GlobalTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<GlobalTensor> global_tensors(const GptShape& s) {
+  std::vector<GlobalTensor> out;
+  const ParamTable whole = gpt_param_table(s);  // named: a temporary would die before the loop
+  for (const ParamInfo& p : whole.params()) {
+    GlobalTensor g{p.name, p.global_shape};
+    if (p.name == "wte") g.shape[0] = s.vocab;
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+TensorSlice slice_of(const ParamInfo& p) { return TensorSlice{p.row_runs, p.col_begin, p.cols()}; }
+
+std::string bcast_string(const std::string& s, MPI_Comm comm) {
+  int len = int(s.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, comm);
+  std::string out(size_t(len), '\0');
+  if (len) {
+    std::copy(s.begin(), s.end(), out.begin());
+    MPI_Bcast(out.data(), len, MPI_CHAR, 0, comm);
+  }
+  return out;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups, Gpt& model, AdamW& optim,
+                           parallel::GradSync& sync)
+    : r_(recipe), groups_(groups), model_(model), optim_(optim), sync_(sync) {}
+
+void Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
+  MPI_Comm world = groups_.world().comm();
+  const int rank = groups_.world_rank();
+  const fs::path root = r_.checkpoint.dir;
+  const fs::path partial = root / (step_name(steps_done) + ".partial");
+  const fs::path final_dir = root / step_name(steps_done);
+  if (rank == 0) {
+    fs::create_directories(root);
+    fs::remove_all(partial);  // leftovers of a save that died
+    fs::create_directories(partial);
+  }
+  MPI_Barrier(world);
+
+  // Host copies of this rank's parameters and full (un-sharded) Adam moments.
+  const ParamTable& table = model_.table();
+  std::vector<float> params(table.total()), m(table.total(), 0.0f), v(table.total(), 0.0f);
+  model_.get_params(params.data());
+  optim_.export_state(m.data(), v.data());
+  sync_.gather_params(m.data());  // ZeRO-1: every dp rank gets the whole slice (no-op otherwise)
+  sync_.gather_params(v.data());
+
+  const auto coord = groups_.coord();
+  {
+    H5TensorFile f = H5TensorFile::create((partial / kFile).string(), world);
+    for (const GlobalTensor& g : global_tensors(model_.shape())) {
+      const ParamInfo* mine = nullptr;
+      for (const ParamInfo& p : table.params())
+        if (p.name == g.name) mine = &p;
+      // One writer per element: dp rank 0; tp rank 0 for replicated tensors; the first stage for
+      // the tied wte (the last stage's copy is identical).
+      const bool writer = mine && coord.dp == 0 && (mine->split != TpSplit::Replicated || coord.tp == 0) &&
+                          (g.name != "wte" || model_.stage().first);
+      TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+      const TensorSlice* sl = writer ? &s : nullptr;
+      f.write("params/" + g.name, g.shape, sl, writer ? params.data() + mine->offset : nullptr);
+      f.write("adam_m/" + g.name, g.shape, sl, writer ? m.data() + mine->offset : nullptr);
+      f.write("adam_v/" + g.name, g.shape, sl, writer ? v.data() + mine->offset : nullptr);
+    }
+    f.set_attr("loom_checkpoint_version", "1");
+    f.set_attr("step", std::to_string(steps_done));
+    f.close();
+  }
+  MPI_Barrier(world);
+  if (rank == 0) {
+    const std::string file = (partial / kFile).string();
+    fsync_path(file);
+    auto [crc, bytes] = file_crc(file);
+    nlohmann::json man = {{"format", "loom-checkpoint"},
+                          {"version", 1},
+                          {"step", steps_done},
+                          {"loader", {{"next_step", loader_next_step}}},
+                          {"files", {{{"name", kFile}, {"bytes", bytes}, {"crc32c", crc}}}},
+                          {"layout",
+                           {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp},
+                            {"zero", r_.parallel.zero}, {"world", r_.world}}},
+                          {"model",
+                           {{"n_layer", r_.model.n_layer}, {"n_head", r_.model.n_head}, {"d_model", r_.model.d_model},
+                            {"vocab_size", r_.model.vocab_size}, {"seq_len", r_.model.seq_len}}},
+                          {"rng", "none: initialisation is counter-based and sampling a pure function of "
+                                  "(train.seed, position); the loader state is loader.next_step"},
+                          {"loom_version", LOOM_VERSION},
+                          {"git_commit", LOOM_GIT_COMMIT},
+                          {"recipe", recipe_to_yaml(r_)}};
+    write_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
+    fs::remove_all(final_dir);  // an older save of the same step
+    fs::rename(partial, final_dir);
+    fsync_path(root.string());
+    write_atomically((root / "latest").string(), step_name(steps_done) + "\n");
+    // Prune only now that a newer complete checkpoint exists.
+    auto all = list_checkpoints(root.string());
+    for (size_t i = 0; i + size_t(r_.checkpoint.keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+    std::printf("loom: saved checkpoint %s (%.1f MB)\n", final_dir.string().c_str(), bytes / 1e6);
+    std::fflush(stdout);
+  }
+  MPI_Barrier(world);
+}
+
+std::string Checkpointer::choose_on_rank0(std::string& error) {
+  const std::string& how = r_.checkpoint.resume;
+  if (how == "never") return "";
+  if (how != "auto") {
+    if (std::string bad = verify_checkpoint(how); !bad.empty())
+      error = "checkpoint.resume=" + how + ": " + bad;
+    return how;
+  }
+  if (r_.checkpoint.dir.empty()) return "";
+  auto all = list_checkpoints(r_.checkpoint.dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    std::string bad = verify_checkpoint(*it);
+    if (bad.empty()) return *it;
+    std::fprintf(stderr, "loom: checkpoint %s is damaged (%s); trying an older one\n", it->c_str(), bad.c_str());
+  }
+  if (!all.empty())
+    error = "checkpoint.dir=" + r_.checkpoint.dir + ": every checkpoint is damaged (see above); nothing to resume "
+            "from (set checkpoint.resume=never to start afresh)";
+  return "";
+}
+
+ResumePoint Checkpointer::resume() {
+  MPI_Comm world = groups_.world().comm();
+  std::string error, chosen;
+  if (groups_.world_rank() == 0) chosen = choose_on_rank0(error);
+  error = bcast_string(error, world);
+  if (!error.empty()) throw std::runtime_error(error);
+  chosen = bcast_string(chosen, world);
+  ResumePoint at;
+  if (!chosen.empty()) load(chosen, at);
+  return at;
+}
+
+void Checkpointer::load(const std::string& dir, ResumePoint& at) {
+  nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(dir) / "manifest.json"));
+  const auto& mm = man["model"];
+  const auto& m = r_.model;
+  if (mm["n_layer"] != m.n_layer || mm["n_head"] != m.n_head || mm["d_model"] != m.d_model ||
+      mm["vocab_size"] != m.vocab_size || mm["seq_len"] != m.seq_len)
+    throw std::runtime_error(dir + ": the checkpoint's model " + mm.dump() +
+                             " differs from the recipe's model section; a checkpoint loads only into the same model");
+  const ParamTable& table = model_.table();
+  std::vector<float> params(table.total()), mv(table.total()), vv(table.total());
+  H5TensorFile f = H5TensorFile::open((fs::path(dir) / kFile).string(), groups_.world().comm());
+  for (const GlobalTensor& g : global_tensors(model_.shape())) {
+    const ParamInfo* mine = nullptr;
+    for (const ParamInfo& p : table.params())
+      if (p.name == g.name) mine = &p;
+    TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+    const TensorSlice* sl = mine ? &s : nullptr;
+    f.read("params/" + g.name, sl, mine ? params.data() + mine->offset : nullptr);
+    f.read("adam_m/" + g.name, sl, mine ? mv.data() + mine->offset : nullptr);
+    f.read("adam_v/" + g.name, sl, mine ? vv.data() + mine->offset : nullptr);
+  }
+  f.close();
+  model_.set_params(params.data());
+  optim_.import_state(mv.data(), vv.data());
+  at.path = dir;
+  at.steps_done = man["step"].get<int64_t>();
+  at.loader_next_step = man["loader"]["next_step"].get<int64_t>();
+  if (groups_.world_rank() == 0) {
+    std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d)\n", dir.c_str(),
+                (long long)at.steps_done, man["layout"]["tp"].get<int>(), man["layout"]["pp"].get<int>(),
+                man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>());
+    std::fflush(stdout);
+  }
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos &&
+        fs::exists(e.path() / "manifest.json"))
+      out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());  // zero-padded step numbers sort in step order
+  return out;
+}
+
+std::string verify_checkpoint(const std::string& ckpt) {
+  const fs::path man_path = fs::path(ckpt) / "manifest.json";
+  if (!fs::exists(man_path)) return "no manifest.json: an incomplete checkpoint";
+  nlohmann::json man;
+  try {
+    man = nlohmann::json::parse(std::ifstream(man_path));
+  } catch (const std::exception& e) {
+    return "manifest.json does not parse: " + std::string(e.what());
+  }
+  for (const auto& file : man.value("files", nlohmann::json::array())) {
+    const fs::path p = fs::path(ckpt) / file["name"].get<std::string>();
+    if (!fs::exists(p)) return p.string() + " is missing";
+    auto [crc, bytes] = file_crc(p.string());
+    if (bytes != file["bytes"].get<uint64_t>())
+      return p.string() + " has " + std::to_string(bytes) + " bytes, the manifest says " +
+             std::to_string(file["bytes"].get<uint64_t>()) + " (truncated?)";
+    if (crc != file["crc32c"].get<uint32_t>()) return p.string() + " fails its CRC-32C check (corrupted)";
+  }
+  return "";
+}
+
+std::string inspect_checkpoint(const std::string& ckpt) {
+  std::ostringstream os;
+  if (std::string bad = verify_checkpoint(ckpt); !bad.empty()) throw std::runtime_error(ckpt + ": " + bad);
+  nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
+  os << "checkpoint " << ckpt << "\n  step " << man["step"] << ", loader next step " << man["loader"]["next_step"]
+     << "\n  saved under " << man["layout"].dump() << "\n  model " << man["model"].dump() << "\n  loom "
+     << man["loom_version"].get<std::string>() << " commit " << man["git_commit"].get<std::string>() << "\n";
+  const auto& mm = man["model"];
+  GptShape s = GptShape::make(mm["n_layer"], mm["n_head"], mm["d_model"], mm["vocab_size"], mm["seq_len"]);
+  H5TensorFile f = H5TensorFile::open((fs::path(ckpt) / kFile).string(), MPI_COMM_SELF);
+  os << "  tensors (global shape, CRC-32C of params / adam_m / adam_v data):\n";
+  for (const GlobalTensor& g : global_tensors(s)) {
+    size_t n = 1;
+    for (int64_t d : g.shape) n *= size_t(d);
+    TensorSlice all{{{0, g.shape[0]}}, 0, g.shape.size() > 1 ? g.shape[1] : 1};
+    std::vector<float> buf(n);
+    os << "    " << g.name << " [";
+    for (size_t i = 0; i < g.shape.size(); ++i) os << (i ? ", " : "") << g.shape[i];
+    os << "]";
+    for (const char* group : {"params/", "adam_m/", "adam_v/"}) {
+      f.read(group + g.name, &all, buf.data());
+      char crc[16];
+      std::snprintf(crc, sizeof crc, " %08x", crc32c(buf.data(), n * sizeof(float)));
+      os << crc;
+    }
+    os << "\n";
+  }
+  os << "  recipe:\n" << man["recipe"].get<std::string>();
+  return os.str();
+}
+
+}  // namespace loom

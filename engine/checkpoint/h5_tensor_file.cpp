@@ -1,0 +1,178 @@
+#include "engine/checkpoint/h5_tensor_file.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace loom {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;  // ~1 MiB chunks: the unit a checksum protects
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error(path + ": " + what);
+}
+
+hid_t file_access(MPI_Comm comm) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  H5Pset_all_coll_metadata_ops(fapl, true);
+  H5Pset_coll_metadata_write(fapl, true);
+  H5Pset_alignment(fapl, 1 << 19, 1 << 20);  // large objects on 1 MiB boundaries (file-system stripes)
+  H5Pset_file_locking(fapl, false, true);  // NFS/Lustre; the manifest is what marks completeness
+  return fapl;
+}
+
+hid_t collective() {
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  return dxpl;
+}
+
+// Selects the stored part of `slice` in a dataset of `shape`; returns the element count.
+hsize_t select(hid_t space, const std::vector<int64_t>& shape, const TensorSlice* slice) {
+  H5Sselect_none(space);
+  if (!slice) return 0;
+  const int64_t rows = shape[0];
+  hsize_t n = 0;
+  for (const auto& [first, count] : slice->row_runs) {
+    const int64_t c = std::min(count, std::max<int64_t>(0, rows - first));
+    if (c <= 0) continue;
+    if (shape.size() == 1) {
+      hsize_t start[1] = {hsize_t(first)}, cnt[1] = {hsize_t(c)};
+      H5Sselect_hyperslab(space, H5S_SELECT_OR, start, nullptr, cnt, nullptr);
+      n += hsize_t(c);
+    } else {
+      hsize_t start[2] = {hsize_t(first), hsize_t(slice->col_begin)}, cnt[2] = {hsize_t(c), hsize_t(slice->cols)};
+      H5Sselect_hyperslab(space, H5S_SELECT_OR, start, nullptr, cnt, nullptr);
+      n += hsize_t(c) * hsize_t(slice->cols);
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+H5TensorFile H5TensorFile::create(const std::string& path, MPI_Comm comm) {
+  hid_t fapl = file_access(comm);
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (f < 0) fail(path, "cannot create the HDF5 file");
+  return H5TensorFile(f, path);
+}
+
+H5TensorFile H5TensorFile::open(const std::string& path, MPI_Comm comm) {
+  hid_t fapl = file_access(comm);
+  hid_t f = -1;
+  H5E_BEGIN_TRY { f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); }
+  H5E_END_TRY;
+  H5Pclose(fapl);
+  if (f < 0) fail(path, "cannot open as an HDF5 file");
+  return H5TensorFile(f, path);
+}
+
+H5TensorFile::H5TensorFile(H5TensorFile&& o) noexcept : file_(o.file_), path_(std::move(o.path_)) { o.file_ = -1; }
+H5TensorFile::~H5TensorFile() { close(); }
+
+void H5TensorFile::close() {
+  if (file_ >= 0) H5Fclose(hid_t(file_));
+  file_ = -1;
+}
+
+void H5TensorFile::write(const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice,
+                         const float* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  // Chunks of whole rows, about 1 MiB each, checksummed.
+  std::vector<hsize_t> chunk = dims;
+  const hsize_t row = dims.size() > 1 ? dims[1] : 1;
+  chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], kChunkBytes / sizeof(float) / row));
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()) < 0) fail(path_, "cannot set the chunking of " + name);
+  H5Pset_fletcher32(dcpl);
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+  H5Pset_create_intermediate_group(lcpl, 1);
+  hid_t dset = H5Dcreate2(hid_t(file_), name.c_str(), H5T_NATIVE_FLOAT, space, lcpl, dcpl, H5P_DEFAULT);
+  H5Pclose(lcpl);
+  H5Pclose(dcpl);
+  if (dset < 0) fail(path_, "cannot create dataset " + name);
+  const hsize_t n = select(space, shape, slice);
+  hsize_t mdim[1] = {std::max<hsize_t>(n, 1)};
+  hid_t mem = H5Screate_simple(1, mdim, nullptr);
+  if (n == 0) H5Sselect_none(mem);
+  hid_t dxpl = collective();
+  const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data);
+  H5Pclose(dxpl);
+  H5Sclose(mem);
+  H5Sclose(space);
+  H5Dclose(dset);
+  if (rc < 0) fail(path_, "writing dataset " + name + " failed");
+}
+
+std::vector<int64_t> H5TensorFile::shape_of(const std::string& name) {
+  hid_t dset = H5Dopen2(hid_t(file_), name.c_str(), H5P_DEFAULT);
+  if (dset < 0) fail(path_, "has no dataset " + name);
+  hid_t space = H5Dget_space(dset);
+  hsize_t dims[8];
+  const int nd = H5Sget_simple_extent_dims(space, dims, nullptr);
+  H5Sclose(space);
+  H5Dclose(dset);
+  return std::vector<int64_t>(dims, dims + std::max(nd, 0));
+}
+
+void H5TensorFile::read(const std::string& name, const TensorSlice* slice, float* data) {
+  hid_t dset = -1;
+  H5E_BEGIN_TRY { dset = H5Dopen2(hid_t(file_), name.c_str(), H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (dset < 0) fail(path_, "has no dataset " + name);
+  hid_t space = H5Dget_space(dset);
+  hsize_t dims[8];
+  const int nd = H5Sget_simple_extent_dims(space, dims, nullptr);
+  const std::vector<int64_t> shape(dims, dims + std::max(nd, 0));
+  size_t local = 0;
+  if (slice)
+    for (const auto& run : slice->row_runs) local += size_t(run.second) * size_t(slice->cols);
+  if (slice) std::fill(data, data + local, 0.0f);  // rows that are not stored (padding)
+  const hsize_t n = select(space, shape, slice);
+  hsize_t mdim[1] = {std::max<hsize_t>(n, 1)};
+  hid_t mem = H5Screate_simple(1, mdim, nullptr);
+  if (n == 0) H5Sselect_none(mem);
+  hid_t dxpl = collective();
+  herr_t rc = -1;
+  H5E_BEGIN_TRY { rc = H5Dread(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data); }
+  H5E_END_TRY;
+  H5Pclose(dxpl);
+  H5Sclose(mem);
+  H5Sclose(space);
+  H5Dclose(dset);
+  if (rc < 0) fail(path_, "reading dataset " + name + " failed (checksum mismatch or damaged file)");
+}
+
+void H5TensorFile::set_attr(const std::string& key, const std::string& value) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, std::max<size_t>(1, value.size()));
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(hid_t(file_), key.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, type, value.empty() ? "" : value.data());
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Tclose(type);
+}
+
+std::string H5TensorFile::attr(const std::string& key) {
+  hid_t a = -1;
+  H5E_BEGIN_TRY { a = H5Aopen(hid_t(file_), key.c_str(), H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (a < 0) fail(path_, "has no attribute " + key);
+  hid_t type = H5Aget_type(a);
+  std::string out(H5Tget_size(type), '\0');
+  H5Aread(a, type, out.data());
+  H5Tclose(type);
+  H5Aclose(a);
+  while (!out.empty() && out.back() == '\0') out.pop_back();
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,52 @@
+#pragma once
+// One HDF5 file shared by all ranks of a job (parallel HDF5 over MPI-IO), holding tensors in
+// their GLOBAL shapes: each rank writes (or reads) the hyperslabs of its own slice. A reader
+// under any parallel layout reads exactly the slices it needs, so resharding is just reading.
+// Every dataset is chunked and protected by HDF5's Fletcher32 checksum filter; a damaged chunk
+// fails the read. All calls are collective over the file's communicator and must be made in the
+// same order on every rank (ranks with nothing to write or read pass a null slice).
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+// Where a rank's local buffer sits in a global tensor: runs of global rows (first, count), in
+// local order, and columns [col_begin, col_begin + cols). Rows past the stored shape (vocabulary
+// padding) are not stored; on read they come back as zeros.
+struct TensorSlice {
+  std::vector<std::pair<int64_t, int64_t>> row_runs;
+  int64_t col_begin = 0, cols = 1;
+};
+
+class H5TensorFile {
+ public:
+  // Collective. Throws std::runtime_error naming the file.
+  static H5TensorFile create(const std::string& path, MPI_Comm comm);
+  static H5TensorFile open(const std::string& path, MPI_Comm comm);
+  H5TensorFile(H5TensorFile&& o) noexcept;
+  ~H5TensorFile();
+  H5TensorFile(const H5TensorFile&) = delete;
+  H5TensorFile& operator=(const H5TensorFile&) = delete;
+
+  // Creates dataset `name` (e.g. "params/h.0.ln1.weight") of `shape` and writes this rank's
+  // slice from `data` (null slice: nothing). Attributes record the global shape.
+  void write(const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice, const float* data);
+  // Reads this rank's slice into `data` (local layout; unstored rows zero-filled).
+  void read(const std::string& name, const TensorSlice* slice, float* data);
+  std::vector<int64_t> shape_of(const std::string& name);
+
+  void set_attr(const std::string& key, const std::string& value);  // on the root group
+  std::string attr(const std::string& key);
+  void close();
+
+ private:
+  H5TensorFile(int64_t file, std::string path) : file_(file), path_(std::move(path)) {}
+  int64_t file_ = -1;  // hid_t
+  std::string path_;
+};
+
+}  // namespace loom
