@@ -1,0 +1,57 @@
+# kill -9 at random moments, of one rank or of the whole job, including mid-save: every restart
+# resumes from the last complete checkpoint, and the run reaches bitwise the same final
+# parameters as an uninterrupted one.
+#   checkpoint_kill9.sh LOOM SRC MPIEXEC [TRIALS]
+source "$(dirname "$0")/../cli/common.sh"
+trials=${4:-4}
+corpus
+cd "$SRC"
+export OMP_NUM_THREADS=1
+args=(--set train.steps=40 --set log.eval_every=0 --set checkpoint.every=4 --set checkpoint.keep_last=2)
+mpi -np 2 "$LOOM" train configs/tiny.yaml "${args[@]}" --set checkpoint.dir="$WORK/ref" --set log.dir="$WORK/rref" > /dev/null
+tensors() { "$LOOM" ckpt inspect "$1" | sed -n '/tensors/,/recipe:/p'; }
+tensors "$WORK/ref" > "$WORK/ref.tensors"
+RANDOM=1234  # reproducible kill times
+for trial in $(seq 1 "$trials"); do
+  ck="$WORK/ck$trial"
+  kills=0
+  for attempt in 1 2 3 4 5 6; do
+    # mpirun itself in the background (not through a function), so that $! is its pid.
+    "$MPIEXEC" --oversubscribe --bind-to none -np 2 "$LOOM" train configs/tiny.yaml "${args[@]}" \
+      --set checkpoint.dir="$ck" --set log.dir="$WORK/r$trial" > "$WORK/t$trial.$attempt.out" 2>&1 &
+    job=$!
+    if [ "$attempt" -le 2 ]; then
+      sleep "0.$(( RANDOM % 9 + 1 ))$(( RANDOM % 10 ))"
+      sleep $(( RANDOM % 2 ))
+      pids=$(pgrep -f -- "checkpoint.dir=$ck" | grep -v "^$job$" || true)
+      pids=$(for p in $pids; do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ] && echo "$p"; done)
+      if [ -n "$pids" ]; then
+        if [ $(( RANDOM % 2 )) = 0 ]; then
+          victim=$(echo "$pids" | head -1); kill -9 "$victim" 2>/dev/null || true; what="rank pid $victim"
+        else
+          kill -9 $pids "$job" 2>/dev/null || true; what="the whole job"
+        fi
+        kills=$((kills + 1))
+      fi
+      wait "$job" 2>/dev/null || true
+      # No rank may outlive the kill (mpirun takes the others down when one dies).
+      for p in $pids; do
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$p" 2>/dev/null && { kill -9 "$p"; fail "trial $trial: rank $p survived for 5 s"; }
+      done
+      last=$(ls "$ck" 2>/dev/null | grep '^step_[0-9]*$' | tail -1 || true)
+      partial=$(ls "$ck" 2>/dev/null | grep -c 'partial$' || true)
+      [ "$partial" = 0 ] || what="$what, mid-save (a .partial directory was left)"
+      echo "trial $trial attempt $attempt: killed ${what:-nothing (finished first)}; newest complete checkpoint: ${last:-none}"
+      what=""
+      [ -e "$ck/step_00000040/manifest.json" ] && break
+    else
+      wait "$job" || fail "trial $trial: the uninterrupted restart failed: $(tail -5 "$WORK/t$trial.$attempt.out")"
+      break
+    fi
+  done
+  grep -h "resumed from" "$WORK"/t"$trial".*.out | sed "s/^/trial $trial: /" || true
+  diff "$WORK/ref.tensors" <(tensors "$ck") > /dev/null || fail "trial $trial: final parameters differ from the uninterrupted run"
+  echo "trial $trial: $kills kills, final parameters bitwise equal to the uninterrupted run"
+done
+echo PASS
