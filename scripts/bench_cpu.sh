@@ -13,7 +13,7 @@ shape="--n_layer 6 --n_head 6 --d_model 384 --seq_len 256 --batch 8 --vocab 257"
 
 gemm=$("$loom" bench gemm -n 2048 --reps 5 | sed -E 's/.*: ([0-9.]+) GFLOP.*/\1/')
 out=$("$loom" train configs/bench-cpu.yaml --set log.dir=runs/bench-cpu)
-loom_tps=$(sed -nE 's/^loom: trained .* ([0-9.]+) tokens\/s$/\1/p' <<<"$out")
+loom_tps=$(sed -nE 's/^loom: trained .*, ([0-9.]+) tokens\/s,.*/\1/p' <<<"$out")
 torch_line=$(/usr/bin/python3 scripts/torch_gpt_bench.py $shape --steps 10 --warmup 2 --threads "$threads" | tail -1)
 torch_tps=$(sed -nE 's/.*tokens_per_s=([0-9.]+).*/\1/p' <<<"$torch_line")
 # Model FLOPs per token, 6N + 12 L C T (docs/model.md): N = 12 L C^2 + V C.

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -94,13 +96,65 @@ std::string bcast_string(const std::string& s, MPI_Comm comm) {
 
 }  // namespace
 
+struct Checkpointer::Snapshot {
+  int64_t steps_done = 0, loader_next_step = 0;
+  std::vector<float> params, m, v;  // host copies, the model's flat layout on this rank
+};
+
 Checkpointer::Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups, Gpt& model, AdamW& optim,
                            parallel::GradSync& sync)
-    : r_(recipe), groups_(groups), model_(model), optim_(optim), sync_(sync) {}
+    : r_(recipe), groups_(groups), model_(model), optim_(optim), sync_(sync) {
+  MPI_Comm_dup(groups.world().comm(), &io_comm_);
+}
 
-void Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
-  MPI_Comm world = groups_.world().comm();
-  const int rank = groups_.world_rank();
+Checkpointer::~Checkpointer() {
+  if (writer_.joinable()) writer_.join();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&io_comm_);
+}
+
+void Checkpointer::wait() {
+  if (writer_.joinable()) writer_.join();
+  in_flight_.reset();
+  if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
+}
+
+double Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
+  auto t0 = std::chrono::steady_clock::now();
+  wait();
+  // Host copies of this rank's parameters and full (un-sharded) Adam moments.
+  auto snap = std::make_shared<Snapshot>();
+  snap->steps_done = steps_done;
+  snap->loader_next_step = loader_next_step;
+  const size_t n = model_.table().total();
+  snap->params.resize(n);
+  snap->m.assign(n, 0.0f);
+  snap->v.assign(n, 0.0f);
+  model_.get_params(snap->params.data());
+  optim_.export_state(snap->m.data(), snap->v.data());
+  sync_.gather_params(snap->m.data());  // ZeRO-1: every dp rank gets the whole slice (no-op otherwise)
+  sync_.gather_params(snap->v.data());
+  if (r_.checkpoint.async) {
+    in_flight_ = snap;
+    writer_ = std::thread([this, snap] {
+      try {
+        write(*snap, io_comm_);
+      } catch (...) {
+        writer_error_ = std::current_exception();
+      }
+    });
+  } else {
+    write(*snap, groups_.world().comm());
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
+  auto t0 = std::chrono::steady_clock::now();
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  const int64_t steps_done = snap.steps_done;
   const fs::path root = r_.checkpoint.dir;
   const fs::path partial = root / (step_name(steps_done) + ".partial");
   const fs::path final_dir = root / step_name(steps_done);
@@ -110,15 +164,7 @@ void Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
     fs::create_directories(partial);
   }
   MPI_Barrier(world);
-
-  // Host copies of this rank's parameters and full (un-sharded) Adam moments.
   const ParamTable& table = model_.table();
-  std::vector<float> params(table.total()), m(table.total(), 0.0f), v(table.total(), 0.0f);
-  model_.get_params(params.data());
-  optim_.export_state(m.data(), v.data());
-  sync_.gather_params(m.data());  // ZeRO-1: every dp rank gets the whole slice (no-op otherwise)
-  sync_.gather_params(v.data());
-
   const auto coord = groups_.coord();
   {
     H5TensorFile f = H5TensorFile::create((partial / kFile).string(), world);
@@ -132,9 +178,9 @@ void Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
                           (g.name != "wte" || model_.stage().first);
       TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
       const TensorSlice* sl = writer ? &s : nullptr;
-      f.write("params/" + g.name, g.shape, sl, writer ? params.data() + mine->offset : nullptr);
-      f.write("adam_m/" + g.name, g.shape, sl, writer ? m.data() + mine->offset : nullptr);
-      f.write("adam_v/" + g.name, g.shape, sl, writer ? v.data() + mine->offset : nullptr);
+      f.write("params/" + g.name, g.shape, sl, writer ? snap.params.data() + mine->offset : nullptr);
+      f.write("adam_m/" + g.name, g.shape, sl, writer ? snap.m.data() + mine->offset : nullptr);
+      f.write("adam_v/" + g.name, g.shape, sl, writer ? snap.v.data() + mine->offset : nullptr);
     }
     f.set_attr("loom_checkpoint_version", "1");
     f.set_attr("step", std::to_string(steps_done));
@@ -144,11 +190,12 @@ void Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
   if (rank == 0) {
     const std::string file = (partial / kFile).string();
     fsync_path(file);
+    const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     auto [crc, bytes] = file_crc(file);
     nlohmann::json man = {{"format", "loom-checkpoint"},
                           {"version", 1},
                           {"step", steps_done},
-                          {"loader", {{"next_step", loader_next_step}}},
+                          {"loader", {{"next_step", snap.loader_next_step}}},
                           {"files", {{{"name", kFile}, {"bytes", bytes}, {"crc32c", crc}}}},
                           {"layout",
                            {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp},
@@ -169,7 +216,11 @@ void Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
     // Prune only now that a newer complete checkpoint exists.
     auto all = list_checkpoints(root.string());
     for (size_t i = 0; i + size_t(r_.checkpoint.keep_last) < all.size(); ++i) fs::remove_all(all[i]);
-    std::printf("loom: saved checkpoint %s (%.1f MB)\n", final_dir.string().c_str(), bytes / 1e6);
+    const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("loom: saved checkpoint %s (%.1f MB; written in %.2f s, %.2f GB/s; with checksum and rename "
+                "%.2f s)%s\n",
+                final_dir.string().c_str(), bytes / 1e6, write_s, bytes / 1e9 / write_s, total_s,
+                r_.checkpoint.async ? " [async]" : "");
     std::fflush(stdout);
   }
   MPI_Barrier(world);
@@ -209,6 +260,7 @@ ResumePoint Checkpointer::resume() {
 }
 
 void Checkpointer::load(const std::string& dir, ResumePoint& at) {
+  auto t0 = std::chrono::steady_clock::now();
   nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(dir) / "manifest.json"));
   const auto& mm = man["model"];
   const auto& m = r_.model;
@@ -236,9 +288,12 @@ void Checkpointer::load(const std::string& dir, ResumePoint& at) {
   at.steps_done = man["step"].get<int64_t>();
   at.loader_next_step = man["loader"]["next_step"].get<int64_t>();
   if (groups_.world_rank() == 0) {
-    std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d)\n", dir.c_str(),
-                (long long)at.steps_done, man["layout"]["tp"].get<int>(), man["layout"]["pp"].get<int>(),
-                man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double bytes = double(fs::file_size(fs::path(dir) / kFile));
+    std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d; read %.1f MB in %.2f s, "
+                "%.2f GB/s)\n",
+                dir.c_str(), (long long)at.steps_done, man["layout"]["tp"].get<int>(), man["layout"]["pp"].get<int>(),
+                man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>(), bytes / 1e6, s, bytes / 1e9 / s);
     std::fflush(stdout);
   }
 }

@@ -9,7 +9,12 @@
 // older complete checkpoints beyond checkpoint.keep_last are pruned. A directory without a valid
 // manifest is never loaded. Loading reads only this rank's slices of the global tensors, so a
 // checkpoint resumes under any layout the model allows (tp, pp, dp and zero all free to change).
+#include <mpi.h>
+
 #include <cstdint>
+#include <exception>
+#include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -31,22 +36,34 @@ class Checkpointer {
  public:
   Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups, Gpt& model, AdamW& optim,
                parallel::GradSync& sync);
+  ~Checkpointer();  // waits for an async save in flight
 
-  // Collective. Writes the checkpoint of the state after `steps_done` steps.
-  void save(int64_t steps_done, int64_t loader_next_step);
+  // Collective. Writes the checkpoint of the state after `steps_done` steps. With
+  // checkpoint.async the state is copied to host memory here and written by a background thread
+  // (over its own communicator) while training continues; a second save first waits for the
+  // first. Returns the seconds the caller was held up.
+  double save(int64_t steps_done, int64_t loader_next_step);
+  // Waits for a save in flight (rethrows its error). Collective in effect: every rank calls it.
+  void wait();
   // Collective. Chooses the checkpoint per checkpoint.resume (auto: the newest complete one that
   // verifies, falling back past damaged ones with a message naming them) and loads it.
   ResumePoint resume();
 
  private:
+  struct Snapshot;
   void load(const std::string& dir, ResumePoint& at);
   std::string choose_on_rank0(std::string& error);
+  void write(const Snapshot& snap, MPI_Comm comm);
 
   const Recipe& r_;
   parallel::ProcessGroups& groups_;
   Gpt& model_;
   AdamW& optim_;
   parallel::GradSync& sync_;
+  MPI_Comm io_comm_ = MPI_COMM_NULL;  // the background writer's duplicate of the world
+  std::thread writer_;
+  std::exception_ptr writer_error_;
+  std::shared_ptr<Snapshot> in_flight_;
 };
 
 // Rank-0 helpers, also used by `loom ckpt`.

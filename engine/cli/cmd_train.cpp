@@ -44,10 +44,10 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
     TrainSummary s = trainer->run();
     if (world.rank() == 0)
       std::printf("loom: trained %lld steps, final loss %.4f%s, %.0f tokens/s, gradient reduction not hidden: %.1f ms "
-                  "in all\n",
+                  "in all, checkpoint stalls %.1f ms in all\n",
                   (long long)s.steps, s.final_loss,
                   s.final_val_loss >= 0 ? (", val loss " + std::to_string(s.final_val_loss).substr(0, 6)).c_str() : "",
-                  s.tokens_per_s, s.comm_wait_s * 1e3);
+                  s.tokens_per_s, s.comm_wait_s * 1e3, s.checkpoint_stall_s * 1e3);
   } catch (const std::exception& e) {
     world.abort(e.what(), 1);
   }

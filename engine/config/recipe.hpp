@@ -58,6 +58,7 @@ struct CheckpointConfig {
   int64_t every = 0;             // 0: only at the end of training
   int keep_last = 3;
   std::string resume = "auto";   // auto | never | PATH
+  bool async = false;            // write in a background thread while training goes on
 };
 
 struct LogConfig {

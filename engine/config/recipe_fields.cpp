@@ -57,6 +57,7 @@ std::vector<Field> make_fields() {
       {"checkpoint", "keep_last", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(checkpoint, keep_last), "complete checkpoints kept; older ones are pruned"},
       {"checkpoint", "resume", K::String, 0, 0, {}, LOOM_MEMBER(checkpoint, resume), "auto (newest complete checkpoint), never, or a checkpoint PATH"},
 
+      {"checkpoint", "async", K::Bool, 0, 0, {}, LOOM_MEMBER(checkpoint, async), "copy the state to host memory and write it from a background thread while training continues (the next save, or the end, waits for it)"},
       {"log", "dir", K::String, 0, 0, {}, LOOM_MEMBER(log, dir), "run directory: metrics.jsonl and run records"},
       {"log", "every", K::Int64, 1, kHuge, {}, LOOM_MEMBER(log, every), "log a metrics line every N steps"},
       {"log", "eval_every", K::Int64, 0, kHuge, {}, LOOM_MEMBER(log, eval_every), "compute val_loss on data.val every N steps and at the end (0: never)"},

@@ -280,9 +280,10 @@ TrainSummary Trainer::run() {
     }
     const int64_t done = step + 1;
     if (!r_.checkpoint.dir.empty() && ((r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0) || last))
-      checkpointer_->save(done, train_data_->state().next_step);
+      summary.checkpoint_stall_s += checkpointer_->save(done, train_data_->state().next_step);
     if (last) break;
   }
+  checkpointer_->wait();  // an async save must be complete before the run ends
   check_replicas();
   check_tied_embeddings();
   report_memory();

@@ -26,6 +26,7 @@ struct TrainSummary {
   double final_val_loss = -1;  // -1: no evaluation
   double tokens_per_s = 0;     // over all steps after the first
   double comm_wait_s = 0;      // gradient reduction time not hidden behind backward, all steps
+  double checkpoint_stall_s = 0;  // time the training loop was held up by checkpoint saves
 };
 
 class Trainer {
