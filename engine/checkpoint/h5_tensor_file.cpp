@@ -8,8 +8,6 @@
 namespace loom {
 namespace {
 
-constexpr size_t kChunkBytes = 1 << 20;  // ~1 MiB chunks: the unit a checksum protects
-
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": " + what);
 }
@@ -24,9 +22,12 @@ hid_t file_access(MPI_Comm comm) {
   return fapl;
 }
 
-hid_t collective() {
+// Raw data moves with independent MPI-IO (each rank its own contiguous pieces): measured faster
+// than collective buffering here (0.47 vs 0.35 GB/s for 664 MB from 2 ranks). Metadata stays
+// collective (file_access above).
+hid_t transfer() {
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT);
   return dxpl;
 }
 
@@ -84,13 +85,12 @@ void H5TensorFile::write(const std::string& name, const std::vector<int64_t>& sh
                          const float* data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
-  // Chunks of whole rows, about 1 MiB each, checksummed.
-  std::vector<hsize_t> chunk = dims;
-  const hsize_t row = dims.size() > 1 ? dims[1] : 1;
-  chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], kChunkBytes / sizeof(float) / row));
+  // Contiguous layout, no filter: parallel HDF5 1.10's collective write of chunked (and so of
+  // any filtered, e.g. Fletcher32) datasets measured 4.4x slower here (docs/checkpoints.md);
+  // integrity comes from the manifest's CRC-32C of the whole file, checked before any load.
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()) < 0) fail(path_, "cannot set the chunking of " + name);
-  H5Pset_fletcher32(dcpl);
+  H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+  H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
   hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
   H5Pset_create_intermediate_group(lcpl, 1);
@@ -102,7 +102,7 @@ void H5TensorFile::write(const std::string& name, const std::vector<int64_t>& sh
   hsize_t mdim[1] = {std::max<hsize_t>(n, 1)};
   hid_t mem = H5Screate_simple(1, mdim, nullptr);
   if (n == 0) H5Sselect_none(mem);
-  hid_t dxpl = collective();
+  hid_t dxpl = transfer();
   const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data);
   H5Pclose(dxpl);
   H5Sclose(mem);
@@ -139,7 +139,7 @@ void H5TensorFile::read(const std::string& name, const TensorSlice* slice, float
   hsize_t mdim[1] = {std::max<hsize_t>(n, 1)};
   hid_t mem = H5Screate_simple(1, mdim, nullptr);
   if (n == 0) H5Sselect_none(mem);
-  hid_t dxpl = collective();
+  hid_t dxpl = transfer();
   herr_t rc = -1;
   H5E_BEGIN_TRY { rc = H5Dread(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data); }
   H5E_END_TRY;

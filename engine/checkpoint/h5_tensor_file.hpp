@@ -2,9 +2,10 @@
 // One HDF5 file shared by all ranks of a job (parallel HDF5 over MPI-IO), holding tensors in
 // their GLOBAL shapes: each rank writes (or reads) the hyperslabs of its own slice. A reader
 // under any parallel layout reads exactly the slices it needs, so resharding is just reading.
-// Every dataset is chunked and protected by HDF5's Fletcher32 checksum filter; a damaged chunk
-// fails the read. All calls are collective over the file's communicator and must be made in the
-// same order on every rank (ranks with nothing to write or read pass a null slice).
+// Datasets are contiguous and unfiltered (see h5_tensor_file.cpp for why); the checkpoint's
+// manifest checksums the whole file. All calls are collective over the file's communicator and
+// must be made in the same order on every rank (ranks with nothing to write or read pass a null
+// slice).
 #include <mpi.h>
 
 #include <cstdint>
