@@ -10,19 +10,13 @@
 #include "engine/data/shard_writer.hpp"
 #include "engine/data/tokenizer.hpp"
 #include "engine/util/crc32c.hpp"
+#include "engine/util/splitmix64.hpp"
 
 namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kFlushBytes = 1 << 20;  // encode a long document in pieces of about this size
-
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -51,7 +45,7 @@ class DocumentSink {
  private:
   void start() {
     open_ = true;
-    const double u = double(mix(mix(o_.seed) ^ sum_.documents) >> 11) * 0x1.0p-53;
+    const double u = double(splitmix64(splitmix64(o_.seed) ^ sum_.documents) >> 11) * 0x1.0p-53;
     to_val_ = u < o_.val_fraction;
     ++sum_.documents;
     if (to_val_) ++sum_.val_documents;

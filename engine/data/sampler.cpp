@@ -1,21 +1,16 @@
 #include "engine/data/sampler.hpp"
+#include "engine/util/splitmix64.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
 namespace loom {
 namespace {
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 constexpr int kRounds = 6;
 }  // namespace
 
 EpochPermutation::EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch)
-    : n_(n), key_(mix(mix(seed ^ 0xda7a5eedull) + epoch)) {
+    : n_(n), key_(splitmix64(splitmix64(seed ^ 0xda7a5eedull) + epoch)) {
   // Domain 2^(2h) >= n, at most 4n, so cycle-walking takes < 4 tries on average.
   half_bits_ = 1;
   while ((uint64_t(1) << (2 * half_bits_)) < n_) ++half_bits_;
@@ -27,7 +22,7 @@ uint64_t EpochPermutation::operator()(uint64_t i) const {
   do {
     uint64_t l = x >> half_bits_, r = x & mask;
     for (int round = 0; round < kRounds; ++round) {
-      const uint64_t f = mix(key_ ^ (uint64_t(round) << 56) ^ r) & mask;
+      const uint64_t f = splitmix64(key_ ^ (uint64_t(round) << 56) ^ r) & mask;
       const uint64_t nl = r;
       r = l ^ f;
       l = nl;

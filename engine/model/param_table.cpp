@@ -1,4 +1,5 @@
 #include "engine/model/param_table.hpp"
+#include "engine/util/splitmix64.hpp"
 
 #include <climits>
 #include <cmath>
@@ -112,13 +113,6 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
 }
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;

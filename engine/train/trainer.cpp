@@ -1,12 +1,12 @@
 #include "engine/train/trainer.hpp"
 
-#include <algorithm>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <stdexcept>
 #include <vector>
@@ -17,13 +17,8 @@
 
 namespace loom {
 
-void Trainer::check_supported() const {
-  // What this build does not do yet is refused up front, by name, rather than run wrongly.
-}
-
 Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
     : r_(recipe), groups_(groups), rank_(groups.world_rank()), world_(groups.layout().world()) {
-  check_supported();
   // Data first: a bad path or shard is reported before any model memory is allocated.
   const auto& m = r_.model;
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,

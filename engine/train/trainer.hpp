@@ -39,7 +39,6 @@ class Trainer {
   Gpt& model() { return *model_; }
 
  private:
-  void check_supported() const;
   double evaluate();
   void log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
                 double wait_s, double comm_s);
