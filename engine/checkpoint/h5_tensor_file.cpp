@@ -73,6 +73,26 @@ H5TensorFile H5TensorFile::open(const std::string& path, MPI_Comm comm) {
   return H5TensorFile(f, path);
 }
 
+std::vector<DatasetExtent> H5TensorFile::extents(const std::string& path, const std::vector<std::string>& names) {
+  hid_t f = -1;
+  H5E_BEGIN_TRY { f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT); }
+  H5E_END_TRY;
+  if (f < 0) fail(path, "cannot open as an HDF5 file");
+  std::vector<DatasetExtent> out;
+  for (const auto& name : names) {
+    hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+    if (d < 0) {
+      H5Fclose(f);
+      fail(path, "has no dataset " + name);
+    }
+    const haddr_t off = H5Dget_offset(d);
+    out.push_back({name, off == HADDR_UNDEF ? 0 : uint64_t(off), uint64_t(H5Dget_storage_size(d))});
+    H5Dclose(d);
+  }
+  H5Fclose(f);
+  return out;
+}
+
 H5TensorFile::H5TensorFile(H5TensorFile&& o) noexcept : file_(o.file_), path_(std::move(o.path_)) { o.file_ = -1; }
 H5TensorFile::~H5TensorFile() { close(); }
 

@@ -23,8 +23,16 @@ struct TensorSlice {
   int64_t col_begin = 0, cols = 1;
 };
 
+// Where a (contiguous) dataset's bytes lie in the file: for checksumming datasets one by one.
+struct DatasetExtent {
+  std::string name;
+  uint64_t offset = 0, bytes = 0;
+};
+
 class H5TensorFile {
  public:
+  // Serial, read-only (no MPI-IO): the byte range of each named dataset in a closed file.
+  static std::vector<DatasetExtent> extents(const std::string& path, const std::vector<std::string>& names);
   // Collective. Throws std::runtime_error naming the file.
   static H5TensorFile create(const std::string& path, MPI_Comm comm);
   static H5TensorFile open(const std::string& path, MPI_Comm comm);

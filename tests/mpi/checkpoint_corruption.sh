@@ -32,6 +32,9 @@ for how in flip truncate delete_shard delete_manifest; do
   if [ "$how" != delete_manifest ]; then  # without a manifest it is simply not a complete checkpoint
     grep -q "step_00000012 is damaged" "$WORK/$how.err" || fail "$how: the damaged checkpoint was not named"
   fi
+  if [ "$how" = flip ]; then  # the middle of the file is tensor data: the damaged tensor is named
+    grep -q "dataset [a-z_]*/[a-z0-9_.]* fails its CRC-32C check" "$WORK/$how.err" || fail "flip: no dataset named"
+  fi
   echo "$how: $(head -1 "$WORK/$how.err")"
 done
 # Every checkpoint damaged: a clear error, status 2.
