@@ -16,6 +16,7 @@
 #include "engine/data/sampler.hpp"
 #include "engine/data/token_dataset.hpp"
 #include "engine/data/tokenizer.hpp"
+#include "engine/util/crc32c.hpp"
 
 using namespace loom;
 namespace fs = std::filesystem;
@@ -343,4 +344,17 @@ TEST_CASE("a long document tokenised in pieces gives the ids of encoding it whol
   tok->encode(text, want);
   CHECK(got.size() == want.size());
   CHECK(got == want);
+}
+
+TEST_CASE("CRC-32C matches the standard check value, in one call or in pieces") {
+  // crc32c("123456789") = 0xE3069283 (the Castagnoli check value); TensorBoard relies on it too.
+  const std::string s = "123456789";
+  CHECK(crc32c(s.data(), s.size()) == 0xE3069283u);
+  std::string big(100003, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = char(i * 7 + 3);
+  const uint32_t whole = crc32c(big.data(), big.size());
+  uint32_t pieces = 0;
+  for (size_t off = 0; off < big.size(); off += 4097)
+    pieces = crc32c(big.data() + off, std::min<size_t>(4097, big.size() - off), pieces);
+  CHECK(pieces == whole);
 }
