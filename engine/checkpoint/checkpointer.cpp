@@ -188,9 +188,7 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
   {
     H5TensorFile f = H5TensorFile::create((partial / kFile).string(), world);
     for (const GlobalTensor& g : global_tensors(model_.shape())) {
-      const ParamInfo* mine = nullptr;
-      for (const ParamInfo& p : table.params())
-        if (p.name == g.name) mine = &p;
+      const ParamInfo* mine = table.find_if_held(g.name);
       // One writer per element: dp rank 0; tp rank 0 for replicated tensors; the first stage for
       // the tied wte (the last stage's copy is identical).
       const bool writer = mine && coord.dp == 0 && (mine->split != TpSplit::Replicated || coord.tp == 0) &&
@@ -298,9 +296,7 @@ void Checkpointer::load(const std::string& dir, ResumePoint& at) {
   std::vector<float> params(table.total()), mv(table.total()), vv(table.total());
   H5TensorFile f = H5TensorFile::open((fs::path(dir) / kFile).string(), groups_.world().comm());
   for (const GlobalTensor& g : global_tensors(model_.shape())) {
-    const ParamInfo* mine = nullptr;
-    for (const ParamInfo& p : table.params())
-      if (p.name == g.name) mine = &p;
+    const ParamInfo* mine = table.find_if_held(g.name);
     TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
     const TensorSlice* sl = mine ? &s : nullptr;
     f.read("params/" + g.name, sl, mine ? params.data() + mine->offset : nullptr);

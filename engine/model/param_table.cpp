@@ -28,9 +28,14 @@ void ParamTable::add(ParamInfo p) {
   params_.push_back(std::move(p));
 }
 
-const ParamInfo& ParamTable::find(const std::string& name) const {
+const ParamInfo* ParamTable::find_if_held(const std::string& name) const {
   for (const auto& p : params_)
-    if (p.name == name) return p;
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ParamInfo& ParamTable::find(const std::string& name) const {
+  if (const ParamInfo* p = find_if_held(name)) return *p;
   throw std::out_of_range("no parameter named '" + name + "'");
 }
 

@@ -49,6 +49,8 @@ class ParamTable {
   void add(ParamInfo p);
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& find(const std::string& name) const;  // throws std::out_of_range naming it
+  // Null if this rank's table does not hold `name` (another pipeline stage does).
+  const ParamInfo* find_if_held(const std::string& name) const;
   size_t total() const { return total_; }
 
  private:
