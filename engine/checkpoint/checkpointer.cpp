@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <numeric>
 #include <cstdio>
 #include <utility>
 #include <filesystem>
@@ -13,8 +16,10 @@
 #include <stdexcept>
 
 #include "engine/checkpoint/h5_tensor_file.hpp"
+#include "engine/checkpoint/slice_checksum.hpp"
 #include "engine/config/recipe_io.hpp"
 #include "engine/util/crc32c.hpp"
+#include "engine/util/host_buffer.hpp"
 #include "loom_version.hpp"
 
 namespace loom {
@@ -30,7 +35,8 @@ std::string step_name(int64_t step) {
 }
 
 // One pass over a file: the CRC-32C of the whole file and of each dataset's byte range (the
-// datasets are contiguous), read in 4 MiB blocks.
+// datasets are contiguous), read in 4 MiB blocks. Saves and loads do not need it (they checksum
+// the slices in memory, slice_checksum.hpp); `loom ckpt inspect` does.
 struct FileSums {
   uint64_t bytes = 0;
   uint32_t file_crc = 0;
@@ -56,6 +62,10 @@ FileSums checksum_file(const std::string& path, const std::vector<DatasetExtent>
 }
 
 std::vector<std::string> dataset_names(const GptShape& s);
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -102,6 +112,43 @@ std::vector<std::string> dataset_names(const GptShape& s) {
 
 TensorSlice slice_of(const ParamInfo& p) { return TensorSlice{p.row_runs, p.col_begin, p.cols()}; }
 
+constexpr const char* kGroups[3] = {"params/", "adam_m/", "adam_v/"};  // dataset 3 * tensor + group
+
+std::vector<uint64_t> dataset_bytes(const std::vector<GlobalTensor>& tensors) {
+  std::vector<uint64_t> out;
+  for (const GlobalTensor& g : tensors) {
+    uint64_t n = sizeof(float);
+    for (int64_t d : g.shape) n *= uint64_t(d);
+    out.insert(out.end(), 3, n);
+  }
+  return out;
+}
+
+// Which data-parallel rank writes (and, on load, checksums) each dataset. Every dp replica holds
+// the same slices (ZeRO-1 moments are gathered first), so the datasets are dealt out among them,
+// largest first to the least loaded: a job's replicas write at once (on a cluster, from as many
+// nodes) instead of leaving it all to dp rank 0.
+std::vector<int> spread_over_dp(const std::vector<uint64_t>& bytes, int dp) {
+  std::vector<size_t> order(bytes.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<uint64_t> load(size_t(dp), 0);
+  std::vector<int> owner(bytes.size(), 0);
+  for (size_t d : order) {
+    const size_t least = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[d] = int(least);
+    load[least] += bytes[d];
+  }
+  return owner;
+}
+
+// The one rank that writes (and, on load, checksums) each element of dataset `owner_dp`'s tensor:
+// the dataset's dp rank; tp rank 0 for replicated tensors; the first stage for the tied wte (the
+// last stage's copy is identical).
+bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coord, int owner_dp, bool first_stage) {
+  return coord.dp == owner_dp && (p.split != TpSplit::Replicated || coord.tp == 0) && (p.name != "wte" || first_stage);
+}
+
 std::string bcast_string(const std::string& s, MPI_Comm comm) {
   int len = int(s.size());
   MPI_Bcast(&len, 1, MPI_INT, 0, comm);
@@ -117,7 +164,7 @@ std::string bcast_string(const std::string& s, MPI_Comm comm) {
 
 struct Checkpointer::Snapshot {
   int64_t steps_done = 0, loader_next_step = 0;
-  std::vector<float> params, m, v;  // host copies, the model's flat layout on this rank
+  HostBuffer<float> params, m, v;  // host copies, the model's flat layout on this rank
 };
 
 Checkpointer::Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups, Gpt& model, AdamW& optim,
@@ -143,13 +190,18 @@ double Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
   auto t0 = std::chrono::steady_clock::now();
   wait();
   // Host copies of this rank's parameters and full (un-sharded) Adam moments.
-  auto snap = std::make_shared<Snapshot>();
+  // The buffers are kept from one save to the next: allocating and first touching hundreds of MB
+  // was most of the stall.
+  if (!snapshot_) snapshot_ = std::make_shared<Snapshot>();
+  std::shared_ptr<Snapshot> snap = snapshot_;
   snap->steps_done = steps_done;
   snap->loader_next_step = loader_next_step;
   const size_t n = model_.table().total();
   snap->params.resize(n);
-  snap->m.assign(n, 0.0f);
-  snap->v.assign(n, 0.0f);
+  snap->m.resize(n);
+  snap->v.resize(n);
+  std::fill(snap->m.data(), snap->m.data() + n, 0.0f);  // export_state fills only the owned ranges
+  std::fill(snap->v.data(), snap->v.data() + n, 0.0f);
   model_.get_params(snap->params.data());
   optim_.export_state(snap->m.data(), snap->v.data());
   sync_.gather_params(snap->m.data());  // ZeRO-1: every dp rank gets the whole slice (no-op otherwise)
@@ -177,114 +229,145 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
   const fs::path root = r_.checkpoint.dir;
   const fs::path partial = root / (step_name(steps_done) + ".partial");
   const fs::path final_dir = root / step_name(steps_done);
+  std::string error;
   if (rank == 0) {
-    fs::create_directories(root);
-    fs::remove_all(partial);  // leftovers of a save that died
-    fs::create_directories(partial);
+    try {
+      fs::create_directories(root);
+      fs::remove_all(partial);  // leftovers of a save that died
+      fs::create_directories(partial);
+    } catch (const std::exception& e) {
+      error = std::string("checkpoint.dir: ") + e.what();
+    }
   }
-  MPI_Barrier(world);
+  if (error = bcast_string(error, world); !error.empty()) throw std::runtime_error(error);
   const ParamTable& table = model_.table();
   const auto coord = groups_.coord();
+  const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());
+  const std::vector<uint64_t> bytes_of = dataset_bytes(tensors);
+  const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);
+  SliceChecksums sums;  // of what this rank writes, taken from memory as it is written
   {
     H5TensorFile f = H5TensorFile::create((partial / kFile).string(), world);
-    for (const GlobalTensor& g : global_tensors(model_.shape())) {
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const GlobalTensor& g = tensors[t];
       const ParamInfo* mine = table.find_if_held(g.name);
-      // One writer per element: dp rank 0; tp rank 0 for replicated tensors; the first stage for
-      // the tied wte (the last stage's copy is identical).
-      const bool writer = mine && coord.dp == 0 && (mine->split != TpSplit::Replicated || coord.tp == 0) &&
-                          (g.name != "wte" || model_.stage().first);
-      TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
-      const TensorSlice* sl = writer ? &s : nullptr;
-      f.write("params/" + g.name, g.shape, sl, writer ? snap.params.data() + mine->offset : nullptr);
-      f.write("adam_m/" + g.name, g.shape, sl, writer ? snap.m.data() + mine->offset : nullptr);
-      f.write("adam_v/" + g.name, g.shape, sl, writer ? snap.v.data() + mine->offset : nullptr);
+      const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+      const float* data[3] = {snap.params.data(), snap.m.data(), snap.v.data()};
+      for (int gi = 0; gi < 3; ++gi) {
+        const bool writer = mine && canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)], model_.stage().first);
+        f.write(kGroups[gi] + g.name, g.shape, writer ? &s : nullptr, writer ? data[gi] + mine->offset : nullptr);
+        if (writer) sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, data[gi] + mine->offset);
+      }
     }
     f.set_attr("loom_checkpoint_version", "1");
     f.set_attr("step", std::to_string(steps_done));
     f.close();
   }
-  MPI_Barrier(world);
-  if (rank == 0) {
-    const std::string file = (partial / kFile).string();
-    fsync_path(file);
-    const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto extents = H5TensorFile::extents(file, dataset_names(model_.shape()));
-    const FileSums sums = checksum_file(file, extents);
-    const uint64_t bytes = sums.bytes;
-    const uint32_t crc = sums.file_crc;
-    nlohmann::json datasets = nlohmann::json::array();
-    for (size_t i = 0; i < extents.size(); ++i)
-      datasets.push_back({{"name", extents[i].name}, {"offset", extents[i].offset}, {"bytes", extents[i].bytes},
-                          {"crc32c", sums.dataset_crc[i]}});
-    nlohmann::json man = {{"format", "loom-checkpoint"},
-                          {"version", 1},
-                          {"step", steps_done},
-                          {"loader", {{"next_step", snap.loader_next_step}}},
-                          {"files", {{{"name", kFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}}}},
-                          {"layout",
-                           {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp},
-                            {"zero", r_.parallel.zero}, {"world", r_.world}}},
-                          {"model",
-                           {{"n_layer", r_.model.n_layer}, {"n_head", r_.model.n_head}, {"d_model", r_.model.d_model},
-                            {"vocab_size", r_.model.vocab_size}, {"seq_len", r_.model.seq_len}}},
-                          {"rng", "none: initialisation is counter-based and sampling a pure function of "
-                                  "(train.seed, position); the loader state is loader.next_step"},
-                          {"loom_version", LOOM_VERSION},
-                          {"git_commit", LOOM_GIT_COMMIT},
-                          {"recipe", recipe_to_yaml(r_)}};
-    write_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
-    fs::remove_all(final_dir);  // an older save of the same step
-    fs::rename(partial, final_dir);
-    fsync_path(root.string());
-    write_atomically((root / "latest").string(), step_name(steps_done) + "\n");
-    // Prune only now that a newer complete checkpoint exists.
-    auto all = list_checkpoints(root.string());
-    for (size_t i = 0; i + size_t(r_.checkpoint.keep_last) < all.size(); ++i) fs::remove_all(all[i]);
-    const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("loom: saved checkpoint %s (%.1f MB; written in %.2f s, %.2f GB/s; with checksum and rename "
-                "%.2f s)%s\n",
-                final_dir.string().c_str(), bytes / 1e6, write_s, bytes / 1e9 / write_s, total_s,
-                r_.checkpoint.async ? " [async]" : "");
-    std::fflush(stdout);
+  std::vector<uint32_t> dataset_crc;
+  try {
+    dataset_crc = sums.combine_on_rank0(bytes_of, world);
+  } catch (const std::exception& e) {
+    error = e.what();
   }
-  MPI_Barrier(world);
+  MPI_Barrier(world);  // every rank has closed the file
+  if (rank == 0 && error.empty()) {
+    try {
+      const std::string file = (partial / kFile).string();
+      const double data_s = seconds_since(t0);
+      fsync_path(file);
+      const double fsync_s = seconds_since(t0) - data_s;
+      const auto extents = H5TensorFile::extents(file, dataset_names(model_.shape()));
+      for (size_t i = 0; i < extents.size(); ++i)
+        if (extents[i].bytes != bytes_of[i])
+          throw std::runtime_error(file + ": dataset " + extents[i].name + " is stored in " +
+                                   std::to_string(extents[i].bytes) + " bytes, expected " + std::to_string(bytes_of[i]));
+      const uint64_t bytes = fs::file_size(file);
+      const uint32_t crc = file_crc_from_datasets(file, bytes, extents, dataset_crc);
+      nlohmann::json datasets = nlohmann::json::array();
+      for (size_t i = 0; i < extents.size(); ++i)
+        datasets.push_back({{"name", extents[i].name}, {"offset", extents[i].offset}, {"bytes", extents[i].bytes},
+                            {"crc32c", dataset_crc[i]}});
+      nlohmann::json man = {{"format", "loom-checkpoint"},
+                            {"version", 1},
+                            {"step", steps_done},
+                            {"loader", {{"next_step", snap.loader_next_step}}},
+                            {"files", {{{"name", kFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}}}},
+                            {"layout",
+                             {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp},
+                              {"zero", r_.parallel.zero}, {"world", r_.world}}},
+                            {"model",
+                             {{"n_layer", r_.model.n_layer}, {"n_head", r_.model.n_head},
+                              {"d_model", r_.model.d_model}, {"vocab_size", r_.model.vocab_size},
+                              {"seq_len", r_.model.seq_len}}},
+                            {"rng", "none: initialisation is counter-based and sampling a pure function of "
+                                    "(train.seed, position); the loader state is loader.next_step"},
+                            {"loom_version", LOOM_VERSION},
+                            {"git_commit", LOOM_GIT_COMMIT},
+                            {"recipe", recipe_to_yaml(r_)}};
+      write_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
+      fs::remove_all(final_dir);  // an older save of the same step
+      fs::rename(partial, final_dir);
+      fsync_path(root.string());
+      write_atomically((root / "latest").string(), step_name(steps_done) + "\n");
+      const double complete_s = seconds_since(t0);
+      // Prune only now that a newer complete checkpoint exists.
+      auto all = list_checkpoints(root.string());
+      for (size_t i = 0; i + size_t(r_.checkpoint.keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+      std::printf("loom: saved checkpoint %s (%.1f MB complete in %.2f s, %.2f GB/s: data written in %.2f s, fsync "
+                  "%.2f s, checksums, manifest and rename %.2f s; older ones pruned in %.2f s)%s\n",
+                  final_dir.string().c_str(), bytes / 1e6, complete_s, bytes / 1e9 / complete_s, data_s, fsync_s,
+                  complete_s - data_s - fsync_s, seconds_since(t0) - complete_s, r_.checkpoint.async ? " [async]" : "");
+      std::fflush(stdout);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Every rank learns of a failure on rank 0 (no rank waits for another that gave up); the
+  // .partial directory is left for the next save to clear, and older checkpoints are untouched.
+  if (error = bcast_string(error, world); !error.empty())
+    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
 }
 
-std::string Checkpointer::choose_on_rank0(std::string& error) {
+// Rank 0: the candidates for checkpoint.resume, the one to try first first.
+std::vector<std::string> Checkpointer::candidates_on_rank0() const {
   const std::string& how = r_.checkpoint.resume;
-  if (how == "never") return "";
-  if (how != "auto") {
-    if (std::string bad = verify_checkpoint(how); !bad.empty())
-      error = "checkpoint.resume=" + how + ": " + bad;
-    return how;
-  }
-  if (r_.checkpoint.dir.empty()) return "";
+  if (how == "never") return {};
+  if (how != "auto") return {how};
+  if (r_.checkpoint.dir.empty()) return {};
   auto all = list_checkpoints(r_.checkpoint.dir);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    std::string bad = verify_checkpoint(*it);
-    if (bad.empty()) return *it;
-    std::fprintf(stderr, "loom: checkpoint %s is damaged (%s); trying an older one\n", it->c_str(), bad.c_str());
-  }
-  if (!all.empty())
-    error = "checkpoint.dir=" + r_.checkpoint.dir + ": every checkpoint is damaged (see above); nothing to resume "
-            "from (set checkpoint.resume=never to start afresh)";
-  return "";
+  std::reverse(all.begin(), all.end());  // newest first
+  return all;
 }
 
 ResumePoint Checkpointer::resume() {
   MPI_Comm world = groups_.world().comm();
-  std::string error, chosen;
-  if (groups_.world_rank() == 0) chosen = choose_on_rank0(error);
-  error = bcast_string(error, world);
-  if (!error.empty()) throw std::runtime_error(error);
-  chosen = bcast_string(chosen, world);
-  ResumePoint at;
-  if (!chosen.empty()) load(chosen, at);
-  return at;
+  const bool rank0 = groups_.world_rank() == 0;
+  const std::string& how = r_.checkpoint.resume;
+  std::vector<std::string> candidates;
+  if (rank0) candidates = candidates_on_rank0();
+  int n = int(candidates.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, world);
+  for (int i = 0; i < n; ++i) {
+    const std::string path = bcast_string(rank0 ? candidates[size_t(i)] : "", world);
+    // Rank 0 checks the manifest, the sizes and the bytes outside the datasets (the HDF5
+    // metadata) before any rank opens the file; the datasets are checked as they are read.
+    std::string bad = bcast_string(rank0 ? precheck_checkpoint(path) : "", world);
+    ResumePoint at;
+    if (bad.empty()) bad = load(path, at);
+    if (bad.empty()) return at;
+    if (how != "auto") throw std::runtime_error("checkpoint.resume=" + how + ": " + bad);
+    if (rank0) std::fprintf(stderr, "loom: checkpoint %s is damaged (%s); trying an older one\n", path.c_str(), bad.c_str());
+  }
+  if (n > 0)
+    throw std::runtime_error("checkpoint.dir=" + r_.checkpoint.dir + ": every checkpoint is damaged (see above); "
+                             "nothing to resume from (set checkpoint.resume=never to start afresh)");
+  return ResumePoint{};
 }
 
-void Checkpointer::load(const std::string& dir, ResumePoint& at) {
+std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   auto t0 = std::chrono::steady_clock::now();
+  MPI_Comm world = groups_.world().comm();
+  const bool rank0 = groups_.world_rank() == 0;
   nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(dir) / "manifest.json"));
   const auto& mm = man["model"];
   const auto& m = r_.model;
@@ -293,31 +376,71 @@ void Checkpointer::load(const std::string& dir, ResumePoint& at) {
     throw std::runtime_error(dir + ": the checkpoint's model " + mm.dump() +
                              " differs from the recipe's model section; a checkpoint loads only into the same model");
   const ParamTable& table = model_.table();
-  std::vector<float> params(table.total()), mv(table.total()), vv(table.total());
-  H5TensorFile f = H5TensorFile::open((fs::path(dir) / kFile).string(), groups_.world().comm());
-  for (const GlobalTensor& g : global_tensors(model_.shape())) {
+  const auto coord = groups_.coord();
+  const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());
+  // Tensor by tensor through one staging buffer (the largest slice), straight into the model and
+  // the optimizer: host memory stays at one tensor, not a copy of the whole state.
+  size_t largest = 1;
+  for (const ParamInfo& p : table.params()) largest = std::max(largest, p.numel);
+  HostBuffer<float> staging(largest);
+  const std::vector<uint64_t> bytes_of = dataset_bytes(tensors);
+  const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);
+  SliceChecksums sums;  // of what this rank reads, where it is the canonical holder
+  // Each rank opens the (complete, read-only) file on its own and reads only its slices: no
+  // collective calls, so ranks holding different numbers of tensors need not keep step. (Reading
+  // through a file opened by all ranks together was no faster here.)
+  H5TensorFile f = H5TensorFile::open((fs::path(dir) / kFile).string(), MPI_COMM_SELF);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const GlobalTensor& g = tensors[t];
     const ParamInfo* mine = table.find_if_held(g.name);
-    TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
-    const TensorSlice* sl = mine ? &s : nullptr;
-    f.read("params/" + g.name, sl, mine ? params.data() + mine->offset : nullptr);
-    f.read("adam_m/" + g.name, sl, mine ? mv.data() + mine->offset : nullptr);
-    f.read("adam_v/" + g.name, sl, mine ? vv.data() + mine->offset : nullptr);
+    const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+    for (int gi = 0; gi < 3; ++gi) {
+      if (!mine) continue;
+      f.read(kGroups[gi] + g.name, &s, staging.data());
+      if (canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)], model_.stage().first))
+        sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, staging.data());
+      if (gi == 0)
+        model_.set_params(mine->offset, mine->numel, staging.data());
+      else
+        optim_.import_state(gi - 1, mine->offset, mine->numel, staging.data());
+    }
   }
   f.close();
-  model_.set_params(params.data());
-  optim_.import_state(mv.data(), vv.data());
+  // What was read must be what was saved. Until this passes, the state just installed is not
+  // used: a failure makes resume() load an older checkpoint over all of it, or stop the job.
+  std::string bad;
+  try {
+    const std::vector<uint32_t> got = sums.combine_on_rank0(bytes_of, world);
+    if (rank0) {
+      std::map<std::string, uint32_t> want;
+      for (const auto& d : man["files"][0]["datasets"]) want[d["name"].get<std::string>()] = d["crc32c"].get<uint32_t>();
+      const std::vector<std::string> names = dataset_names(model_.shape());
+      for (size_t i = 0; i < names.size() && bad.empty(); ++i) {
+        auto it = want.find(names[i]);
+        if (it == want.end())
+          bad = "manifest.json lists no dataset " + names[i];
+        else if (it->second != got[i])
+          bad = (fs::path(dir) / kFile).string() + ": dataset " + names[i] + " fails its CRC-32C check (corrupted)";
+      }
+    }
+  } catch (const std::exception& e) {
+    bad = e.what();
+  }
+  if (bad = bcast_string(bad, world); !bad.empty()) return bad;
   at.path = dir;
   at.steps_done = man["step"].get<int64_t>();
   at.loader_next_step = man["loader"]["next_step"].get<int64_t>();
-  if (groups_.world_rank() == 0) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MPI_Barrier(world);  // the time below is the slowest rank's
+  if (rank0) {
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double bytes = double(fs::file_size(fs::path(dir) / kFile));
-    std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d; read %.1f MB in %.2f s, "
-                "%.2f GB/s)\n",
+    std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d; read and verified %.1f MB "
+                "in %.2f s, %.2f GB/s)\n",
                 dir.c_str(), (long long)at.steps_done, man["layout"]["tp"].get<int>(), man["layout"]["pp"].get<int>(),
-                man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>(), bytes / 1e6, s, bytes / 1e9 / s);
+                man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>(), bytes / 1e6, sec, bytes / 1e9 / sec);
     std::fflush(stdout);
   }
+  return "";
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
@@ -362,6 +485,35 @@ std::string verify_checkpoint(const std::string& ckpt) {
         return p.string() + ": dataset " + extents[i].name + " fails its CRC-32C check (corrupted)";
     if (sums.file_crc != file["crc32c"].get<uint32_t>())
       return p.string() + " fails its CRC-32C check outside the datasets (corrupted HDF5 metadata)";
+  }
+  return "";
+}
+
+std::string precheck_checkpoint(const std::string& ckpt) {
+  const fs::path man_path = fs::path(ckpt) / "manifest.json";
+  if (!fs::exists(man_path)) return "no manifest.json: an incomplete checkpoint";
+  try {
+    const nlohmann::json man = nlohmann::json::parse(std::ifstream(man_path));
+    const auto& files = man.at("files");
+    if (files.size() != 1 || files[0].at("name") != kFile) return "manifest.json does not list " + std::string(kFile);
+    for (const auto& file : files) {
+      const fs::path p = fs::path(ckpt) / file.at("name").get<std::string>();
+      if (!fs::exists(p)) return p.string() + " is missing";
+      const uint64_t want_bytes = file.at("bytes").get<uint64_t>();
+      if (fs::file_size(p) != want_bytes)
+        return p.string() + " has " + std::to_string(fs::file_size(p)) + " bytes, the manifest says " +
+               std::to_string(want_bytes) + " (truncated?)";
+      std::vector<DatasetExtent> extents;
+      std::vector<uint32_t> crcs;
+      for (const auto& d : file.at("datasets")) {
+        extents.push_back({d.at("name").get<std::string>(), d.at("offset").get<uint64_t>(), d.at("bytes").get<uint64_t>()});
+        crcs.push_back(d.at("crc32c").get<uint32_t>());
+      }
+      if (file_crc_from_datasets(p.string(), want_bytes, extents, crcs) != file.at("crc32c").get<uint32_t>())
+        return p.string() + " fails its CRC-32C check outside the datasets (corrupted HDF5 metadata)";
+    }
+  } catch (const std::exception& e) {
+    return "manifest.json is unreadable or incomplete: " + std::string(e.what());
   }
   return "";
 }

@@ -51,8 +51,10 @@ class Checkpointer {
 
  private:
   struct Snapshot;
-  void load(const std::string& dir, ResumePoint& at);
-  std::string choose_on_rank0(std::string& error);
+  // Collective. Loads `dir` (which passed precheck_checkpoint) and checks every dataset's
+  // CRC-32C from the slices read; returns what is wrong ("" if nothing), the same on every rank.
+  std::string load(const std::string& dir, ResumePoint& at);
+  std::vector<std::string> candidates_on_rank0() const;
   void write(const Snapshot& snap, MPI_Comm comm);
 
   const Recipe& r_;
@@ -64,6 +66,7 @@ class Checkpointer {
   std::thread writer_;
   std::exception_ptr writer_error_;
   std::shared_ptr<Snapshot> in_flight_;
+  std::shared_ptr<Snapshot> snapshot_;  // host buffers kept between saves
 };
 
 // Rank-0 helpers, also used by `loom ckpt`.
@@ -72,6 +75,10 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 // "" if the checkpoint's manifest is present and every file it lists has its size and CRC-32C;
 // otherwise what is wrong.
 std::string verify_checkpoint(const std::string& ckpt_dir);
+// The cheap part of verify_checkpoint: the manifest, the file sizes, and the CRC-32C of the
+// bytes outside the datasets (HDF5 metadata), which must be sound before HDF5 opens the file.
+// The datasets' own checksums are checked by the load, on the bytes it reads.
+std::string precheck_checkpoint(const std::string& ckpt_dir);
 // Human-readable summary: step, layout, recipe, every tensor with its shape and data CRC.
 std::string inspect_checkpoint(const std::string& ckpt_dir);
 

@@ -103,6 +103,10 @@ Gpt::~Gpt() {
 }
 
 void Gpt::set_params(const float* host) { be_.upload(params_, host, table_.total()); }
+void Gpt::set_params(size_t offset, size_t n, const float* host) {
+  if (offset + n > table_.total()) throw std::out_of_range("Gpt::set_params: range past the parameters");
+  be_.upload(params_ + offset, host, n);
+}
 void Gpt::get_params(float* host) const { be_.download(host, params_, table_.total()); }
 void Gpt::get_grads(float* host) const { be_.download(host, grads_, table_.total()); }
 void Gpt::zero_grads() { be_.zero(grads_, table_.total()); }

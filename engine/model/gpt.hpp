@@ -53,6 +53,8 @@ class Gpt {
 
   // Sets the parameters from a host buffer of num_params() floats.
   void set_params(const float* host);
+  // Sets elements [offset, offset + n) of the flat parameters (a checkpoint loads tensor by tensor).
+  void set_params(size_t offset, size_t n, const float* host);
   void get_params(float* host) const;
   void get_grads(float* host) const;
   void zero_grads();

@@ -44,10 +44,16 @@ void AdamW::export_state(float* full_m, float* full_v) const {
 }
 
 void AdamW::import_state(const float* full_m, const float* full_v) {
+  import_state(0, 0, table_.total(), full_m);
+  import_state(1, 0, table_.total(), full_v);
+}
+
+void AdamW::import_state(int which, size_t begin, size_t n, const float* part) {
+  float* dst = which == 0 ? m_ : v_;
   size_t packed = 0;
   for (const FlatRange& r : owned_) {
-    be_.upload(m_ + packed, full_m + r.begin, r.end - r.begin);
-    be_.upload(v_ + packed, full_v + r.begin, r.end - r.begin);
+    const size_t lo = std::max(r.begin, begin), hi = std::min(r.end, begin + n);
+    if (lo < hi) be_.upload(dst + packed + (lo - r.begin), part + (lo - begin), hi - lo);
     packed += r.end - r.begin;
   }
 }

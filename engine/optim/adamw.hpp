@@ -39,6 +39,10 @@ class AdamW {
   // (export) or in from (import) their flat positions; the rest of the arrays is left alone.
   void export_state(float* full_m, float* full_v) const;
   void import_state(const float* full_m, const float* full_v);
+  // The same for flat elements [begin, begin + n) of one moment (which = 0: m, 1: v) from `part`
+  // (n floats): what this rank owns of that range is copied in (a checkpoint loads tensor by
+  // tensor).
+  void import_state(int which, size_t begin, size_t n, const float* part);
 
  private:
   Backend& be_;
