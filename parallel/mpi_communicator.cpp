@@ -1,5 +1,7 @@
 #include "parallel/mpi_communicator.hpp"
 
+#include "parallel/watchdog.hpp"
+
 #include <climits>
 #include <exception>
 #include <stdexcept>
@@ -39,7 +41,12 @@ struct WorkerRequest final : Request {
 
 struct MpiRequest final : Request {
   MPI_Request req = MPI_REQUEST_NULL;
-  void wait() override { check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  const char* op = "";
+  const char* group = "";
+  void wait() override {
+    Watchdog::Scope w(op, group);
+    check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
 };
 
 void displacements(const std::vector<size_t>& counts, std::vector<int>& cnt, std::vector<int>& disp) {
@@ -84,7 +91,7 @@ std::vector<size_t> even_counts(size_t n, int parts) {
   return c;
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::move(name)) {
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   check(MPI_Comm_dup(comm, &worker_comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -145,42 +152,71 @@ RequestPtr MpiCommunicator::post(std::function<void(MPI_Comm)> op) {
   return req;
 }
 
-void MpiCommunicator::all_reduce(float* buf, size_t n, ReduceOp op) { do_all_reduce(comm_, buf, n, op); }
+// Every blocking call runs inside a Watchdog::Scope (parallel.timeout_s), the worker's
+// collectives too (the worker is the thread blocked in MPI while the caller waits on it).
+void MpiCommunicator::all_reduce(float* buf, size_t n, ReduceOp op) {
+  Watchdog::Scope w("all_reduce", name_.c_str());
+  do_all_reduce(comm_, buf, n, op);
+}
 RequestPtr MpiCommunicator::iall_reduce(float* buf, size_t n, ReduceOp op) {
-  return post([=](MPI_Comm c) { do_all_reduce(c, buf, n, op); });
+  return post([=, this](MPI_Comm c) {
+    Watchdog::Scope w("all_reduce (overlapped)", name_.c_str());
+    do_all_reduce(c, buf, n, op);
+  });
 }
 void MpiCommunicator::reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
+  Watchdog::Scope w("reduce_scatter", name_.c_str());
   do_reduce_scatter(comm_, send, recv, counts);
 }
 RequestPtr MpiCommunicator::ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
-  return post([=](MPI_Comm c) { do_reduce_scatter(c, send, recv, counts); });
+  return post([=, this](MPI_Comm c) {
+    Watchdog::Scope w("reduce_scatter (overlapped)", name_.c_str());
+    do_reduce_scatter(c, send, recv, counts);
+  });
 }
-void MpiCommunicator::all_gather(float* buf, const std::vector<size_t>& counts) { do_all_gather(comm_, buf, counts); }
+void MpiCommunicator::all_gather(float* buf, const std::vector<size_t>& counts) {
+  Watchdog::Scope w("all_gather", name_.c_str());
+  do_all_gather(comm_, buf, counts);
+}
 RequestPtr MpiCommunicator::iall_gather(float* buf, const std::vector<size_t>& counts) {
-  return post([=](MPI_Comm c) { do_all_gather(c, buf, counts); });
+  return post([=, this](MPI_Comm c) {
+    Watchdog::Scope w("all_gather (overlapped)", name_.c_str());
+    do_all_gather(c, buf, counts);
+  });
 }
 void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
+  Watchdog::Scope w("broadcast", name_.c_str());
   if (n) check(MPI_Bcast(buf, as_int(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
 }
 void MpiCommunicator::send(const float* buf, size_t n, int peer, int tag) {
+  Watchdog::Scope w("send", name_.c_str());
   check(MPI_Send(buf, as_int(n), MPI_FLOAT, peer, tag, comm_), "MPI_Send");
 }
 void MpiCommunicator::recv(float* buf, size_t n, int peer, int tag) {
+  Watchdog::Scope w("recv", name_.c_str());
   check(MPI_Recv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
 }
 RequestPtr MpiCommunicator::isend(const float* buf, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
+  r->op = "send (waiting for it)";
+  r->group = name_.c_str();
   check(MPI_Isend(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Isend");
   return r;
 }
 RequestPtr MpiCommunicator::irecv(float* buf, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
+  r->op = "recv (waiting for it)";
+  r->group = name_.c_str();
   check(MPI_Irecv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Irecv");
   return r;
 }
-void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiCommunicator::barrier() {
+  Watchdog::Scope w("barrier", name_.c_str());
+  check(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 double MpiCommunicator::sum_ordered(double local) {
+  Watchdog::Scope w("all_gather (ordered sum)", name_.c_str());
   std::vector<double> all(size_t(size_), 0.0);
   check(MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_), "MPI_Allgather");
   double s = 0;

@@ -20,14 +20,16 @@ namespace loom::parallel {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Duplicates `comm` (twice: one for blocking calls, one for the worker). Collective.
-  explicit MpiCommunicator(MPI_Comm comm);
+  // Duplicates `comm` (twice: one for blocking calls, one for the worker). Collective. `name`
+  // ("tp", "dp", ...) names the group in watchdog messages.
+  explicit MpiCommunicator(MPI_Comm comm, std::string name = "world");
   ~MpiCommunicator() override;
 
   std::string backend() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm comm() const { return comm_; }
+  const std::string& name() const { return name_; }
 
   void all_reduce(float* buf, size_t n, ReduceOp op) override;
   RequestPtr iall_reduce(float* buf, size_t n, ReduceOp op) override;
@@ -49,6 +51,7 @@ class MpiCommunicator final : public Communicator {
   RequestPtr post(std::function<void(MPI_Comm)> op);
   void worker_loop();
 
+  std::string name_;
   MPI_Comm comm_ = MPI_COMM_NULL, worker_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::mutex mu_;

@@ -5,11 +5,11 @@
 
 namespace loom::parallel {
 namespace {
-std::unique_ptr<MpiCommunicator> split(MPI_Comm world, int color, int key) {
+std::unique_ptr<MpiCommunicator> split(MPI_Comm world, int color, int key, const char* name) {
   MPI_Comm c;
   if (MPI_Comm_split(world, color, key, &c) != MPI_SUCCESS) throw std::runtime_error("MPI_Comm_split failed");
   if (c == MPI_COMM_NULL) return nullptr;  // MPI_UNDEFINED colour: not in any such group
-  auto comm = std::make_unique<MpiCommunicator>(c);  // duplicates c
+  auto comm = std::make_unique<MpiCommunicator>(c, name);  // duplicates c
   MPI_Comm_free(&c);
   return comm;
 }
@@ -24,12 +24,12 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout
                              " x pp=" + std::to_string(layout.pp) + " needs " + std::to_string(layout.world()) +
                              " ranks, the world has " + std::to_string(size));
   const auto c = layout.coord(rank_);
-  world_ = split(world, 0, rank_);
-  tp_ = split(world, c.pp * layout.dp + c.dp, c.tp);
-  dp_ = split(world, c.pp * layout.tp + c.tp, c.dp);
-  pp_ = split(world, c.dp * layout.tp + c.tp, c.pp);
+  world_ = split(world, 0, rank_, "world");
+  tp_ = split(world, c.pp * layout.dp + c.dp, c.tp, "tensor-parallel");
+  dp_ = split(world, c.pp * layout.tp + c.tp, c.dp, "data-parallel");
+  pp_ = split(world, c.dp * layout.tp + c.tp, c.pp, "pipeline");
   const bool holds_embedding = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
-  embedding_ = split(world, holds_embedding ? c.dp * layout.tp + c.tp : MPI_UNDEFINED, c.pp);
+  embedding_ = split(world, holds_embedding ? c.dp * layout.tp + c.tp : MPI_UNDEFINED, c.pp, "tied-embedding");
 }
 
 }  // namespace loom::parallel

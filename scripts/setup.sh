@@ -25,9 +25,10 @@ pkgs=(
   libpcre2-dev                          # GPT-2 BPE pre-tokenisation regex (Unicode classes)
   nlohmann-json3-dev                    # vocab.json, data manifests
   fortunes                              # ~2.4 MB of real English text for the demo and tests
+  python3-matplotlib                    # scripts/plot_metrics.py
 )
 if [ "$dev" = 1 ]; then
-  pkgs+=(python3-torch python3-numpy python3-h5py python3-matplotlib python3-regex)
+  pkgs+=(python3-torch python3-numpy python3-h5py python3-regex)
 fi
 
 missing=()

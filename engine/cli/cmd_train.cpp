@@ -12,7 +12,27 @@
 
 namespace loom::cli {
 
+namespace {
+// The command line as a shell would take it back (arguments with spaces or quotes quoted).
+std::string command_line(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i) out += ' ';
+    if (!arg.empty() && arg.find_first_of(" \t\"'$\\") == std::string::npos) {
+      out += arg;
+    } else {
+      out += '\'';
+      for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      out += '\'';
+    }
+  }
+  return out;
+}
+}  // namespace
+
 int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
+  const std::string command = command_line(*argc, *argv);
   parallel::MpiWorld world(argc, argv);
   auto report = [&](std::string error) {
     error = world.agree_on_error(error);
@@ -34,7 +54,7 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   try {
     groups = std::make_unique<parallel::ProcessGroups>(
         world.comm(), parallel::GridLayout{r.parallel.tp, r.parallel.dp, r.parallel.pp});
-    trainer = std::make_unique<Trainer>(r, *groups);
+    trainer = std::make_unique<Trainer>(r, *groups, command);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -49,6 +69,7 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
                   s.final_val_loss >= 0 ? (", val loss " + std::to_string(s.final_val_loss).substr(0, 6)).c_str() : "",
                   s.tokens_per_s, s.comm_wait_s * 1e3, s.checkpoint_stall_s * 1e3);
   } catch (const std::exception& e) {
+    trainer->note_failure(e.what());  // run.json, where this rank is rank 0
     world.abort(e.what(), 1);
   }
   trainer.reset();

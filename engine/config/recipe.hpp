@@ -24,6 +24,7 @@ struct ParallelConfig {
   double bucket_mb = 25.0;          // gradient all-reduce bucket size (MiB of fp32 gradients)
   int zero = 0;                     // 1: ZeRO-1 (optimizer state sharded over dp)
   bool overlap_grad_reduce = true;  // launch each bucket as soon as backward completes it
+  double timeout_s = 600;           // a communication call open longer aborts the job; 0: never
 };
 
 struct TrainConfig {
@@ -31,6 +32,7 @@ struct TrainConfig {
   int global_batch = 0;  // 0 means "auto": micro_batch * dp (no gradient accumulation)
   int64_t steps = 1000;
   int64_t stop_at_step = 0;  // > 0: end this run (with a checkpoint) once this step is done
+  int max_nonfinite_steps = 3;  // non-finite loss/grad norm: step skipped; this many in a row stop the run
   uint64_t seed = 1337;
   std::string backend = "cpu";     // cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16 | fp16
@@ -66,6 +68,9 @@ struct LogConfig {
   int64_t every = 10;
   int64_t eval_every = 0;  // 0: no validation loss
   int eval_batches = 4;
+  bool tensorboard = true;   // TensorBoard event files in log.dir
+  bool trace = false;        // Chrome trace per rank of log.trace_steps steps
+  int64_t trace_steps = 3;   // traced steps, from the second step of the session
 };
 
 struct Recipe {

@@ -30,11 +30,13 @@ std::vector<Field> make_fields() {
       {"parallel", "bucket_mb", K::Float, 1e-6, 1e6, {}, LOOM_MEMBER(parallel, bucket_mb), "gradient reduction bucket size in MiB (of fp32 gradients)"},
       {"parallel", "zero", K::Int, 0, 1, {}, LOOM_MEMBER(parallel, zero), "0: replicated optimizer; 1: ZeRO-1, optimizer state and update sharded over dp"},
       {"parallel", "overlap_grad_reduce", K::Bool, 0, 0, {}, LOOM_MEMBER(parallel, overlap_grad_reduce), "launch each gradient bucket's reduction as soon as backward completes it (false: all after backward)"},
+      {"parallel", "timeout_s", K::Float, 0, 1e7, {}, LOOM_MEMBER(parallel, timeout_s), "a communication call that has not completed after this many seconds aborts the whole job, naming the call, group and step (0: wait forever)"},
 
       {"train", "micro_batch", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(train, micro_batch), "sequences per rank per forward/backward (B)"},
       {"train", "global_batch", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(train, global_batch), "sequences per optimizer step over all ranks, or auto = micro_batch*dp; a multiple of micro_batch*dp (the rest is gradient accumulation)"},
       {"train", "steps", K::Int64, 1, kHuge, {}, LOOM_MEMBER(train, steps), "optimizer steps to train"},
       {"train", "stop_at_step", K::Int64, 0, kHuge, {}, LOOM_MEMBER(train, stop_at_step), "end this run after this step (saving a checkpoint), to continue later with checkpoint.resume; 0: run to train.steps"},
+      {"train", "max_nonfinite_steps", K::Int, 1, kIntMax, {}, LOOM_MEMBER(train, max_nonfinite_steps), "a step whose loss or gradient norm is NaN/inf is skipped (no update); this many in a row stop the run with a checkpoint of the last good state and exit status 1"},
       {"train", "seed", K::UInt64, 0, 1.8e19, {}, LOOM_MEMBER(train, seed), "seed of the initialisation and of data sampling"},
       {"train", "backend", K::String, 0, 0, {"cpu", "cuda"}, LOOM_MEMBER(train, backend), "compute backend: cpu (Eigen/OpenBLAS reference) or cuda"},
       {"train", "precision", K::String, 0, 0, {"fp32", "bf16", "fp16"}, LOOM_MEMBER(train, precision), "parameter/activation precision; bf16 and fp16 need backend cuda"},
@@ -62,6 +64,9 @@ std::vector<Field> make_fields() {
       {"log", "every", K::Int64, 1, kHuge, {}, LOOM_MEMBER(log, every), "log a metrics line every N steps"},
       {"log", "eval_every", K::Int64, 0, kHuge, {}, LOOM_MEMBER(log, eval_every), "compute val_loss on data.val every N steps and at the end (0: never)"},
       {"log", "eval_batches", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(log, eval_batches), "global batches of data.val per evaluation (the same ones each time)"},
+      {"log", "tensorboard", K::Bool, 0, 0, {}, LOOM_MEMBER(log, tensorboard), "write TensorBoard event files (events.out.tfevents.*) to log.dir"},
+      {"log", "trace", K::Bool, 0, 0, {}, LOOM_MEMBER(log, trace), "write a Chrome trace (log.dir/trace_rank<R>.json, for chrome://tracing or Perfetto) of the phases of log.trace_steps steps"},
+      {"log", "trace_steps", K::Int64, 1, 1000, {}, LOOM_MEMBER(log, trace_steps), "steps traced with log.trace, from the second step of the run (the first warms up)"},
   };
 }
 #undef LOOM_MEMBER

@@ -11,14 +11,28 @@
 #include <stdexcept>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "engine/config/recipe_io.hpp"
 #include "engine/util/crc32c.hpp"
+#include "engine/util/host_memory.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/watchdog.hpp"
 
 namespace loom {
 
-Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
-    : r_(recipe), groups_(groups), rank_(groups.world_rank()), world_(groups.layout().world()) {
+Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const std::string& command)
+    : r_(recipe),
+      groups_(groups),
+      rank_(groups.world_rank()),
+      world_(groups.layout().world()),
+      trace_(groups.world_rank()),
+      faults_(FaultInjection::from_env()),
+      started_(std::chrono::steady_clock::now()) {
   // Data first: a bad path or shard is reported before any model memory is allocated.
   const auto& m = r_.model;
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
@@ -67,11 +81,103 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups)
   const ResumePoint at = checkpointer_->resume();
   start_step_ = at.steps_done;
   train_data_ = std::make_unique<DataLoader>(std::move(train), layout_, 2, LoaderState{at.loader_next_step});
+  // Collective first (every rank's host name); then what rank 0 alone writes, which may fail on
+  // rank 0 alone (the CLI makes every rank agree on that error).
+  const std::vector<std::string> hosts = gather_hostnames();
   if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(r_.log.dir, start_step_);
+  if (rank_ == 0) start_run_record(command, at.path, hosts);
+  if (rank_ == 0 && r_.log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(r_.log.dir, start_step_);
   peak_flops_ = backend_->peak_flops();
+  if (backend_->name() == "cuda") {
+    // The GPU this rank drives: its index among the ranks of its node (Open MPI or Slurm).
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = std::getenv("SLURM_LOCALID");
+    nvml_ = std::make_unique<NvmlProbe>(local ? std::atoi(local) : 0);
+    if (!nvml_->available() && rank_ == 0)
+      std::fprintf(stderr, "loom: no GPU health metrics: %s\n", nvml_->why_not().c_str());
+  }
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() { parallel::Watchdog::stop(); }
+
+std::vector<std::string> Trainer::gather_hostnames() {
+  constexpr int kHost = 64;
+  char host[kHost] = {};
+  gethostname(host, kHost - 1);
+  std::vector<char> all(size_t(world_) * kHost);
+  MPI_Allgather(host, kHost, MPI_CHAR, all.data(), kHost, MPI_CHAR, groups_.world().comm());
+  std::vector<std::string> out;
+  for (int i = 0; i < world_; ++i) out.emplace_back(all.data() + size_t(i) * kHost);
+  return out;
+}
+
+void Trainer::start_run_record(const std::string& command, const std::string& resumed_from,
+                               const std::vector<std::string>& hosts) {
+  SessionInfo info;
+  info.command = command;
+  info.recipe_yaml = recipe_to_yaml(r_);
+  info.backend = backend_->name();
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  info.mpi_version = std::string(mpi, size_t(len));
+  if (auto nl = info.mpi_version.find_first_of("\r\n,"); nl != std::string::npos) info.mpi_version.resize(nl);
+  for (int i = 0; i < world_; ++i) {
+    const auto c = groups_.layout().coord(i);
+    info.ranks.push_back({i, c.tp, c.dp, c.pp, hosts[size_t(i)]});
+  }
+  info.start_step = start_step_;
+  info.resumed_from = resumed_from;
+  run_record_ = std::make_unique<RunRecord>(r_.log.dir, info);
+}
+
+void Trainer::note_failure(const std::string& error) {
+  if (run_record_) run_record_->finish(-1, 1, error);
+}
+
+RankHealth Trainer::gather_health(double step_s) {
+  // Step time, host memory and (CUDA) GPU health of every rank, gathered to all (collective over
+  // the world): the slowest rank and its lag behind the median are the stragglers to look at.
+  constexpr size_t kF = 8;
+  const HostMemory mem = host_memory();
+  std::vector<float> all(size_t(world_) * kF, 0.0f);
+  float* mine = all.data() + size_t(rank_) * kF;
+  mine[0] = float(step_s * 1e3);
+  mine[1] = float(mem.rss_mb);
+  mine[2] = float(mem.peak_mb);
+  if (nvml_ && nvml_->available()) {
+    const GpuHealth g = nvml_->read();
+    mine[3] = 1;
+    mine[4] = float(g.util_pct);
+    mine[5] = float(g.mem_used_mb);
+    mine[6] = float(g.power_w);
+    mine[7] = float(g.temp_c);
+  }
+  groups_.world().all_gather(all.data(), std::vector<size_t>(size_t(world_), kF));
+  RankHealth h;
+  h.gpu = true;
+  h.gpu_util_min_pct = 100;
+  std::vector<double> times;
+  for (int i = 0; i < world_; ++i) {
+    const float* m = all.data() + size_t(i) * kF;
+    times.push_back(m[0]);
+    if (m[0] > h.slowest_ms) {
+      h.slowest_ms = m[0];
+      h.slowest_rank = i;
+    }
+    h.rss_mb = std::max(h.rss_mb, double(m[1]));
+    h.peak_rss_mb = std::max(h.peak_rss_mb, double(m[2]));
+    h.gpu = h.gpu && m[3] == 1;
+    h.gpu_util_min_pct = std::min(h.gpu_util_min_pct, double(m[4]));
+    h.gpu_mem_max_mb = std::max(h.gpu_mem_max_mb, double(m[5]));
+    h.gpu_power_max_w = std::max(h.gpu_power_max_w, double(m[6]));
+    h.gpu_temp_max_c = std::max(h.gpu_temp_max_c, double(m[7]));
+  }
+  std::sort(times.begin(), times.end());
+  h.median_ms = times[times.size() / 2];
+  h.step_ms = step_s * 1e3;
+  return h;
+}
 
 double Trainer::global_grad_norm() {
   // Each element of the global gradient counted once: under ZeRO-1 every dp rank sums only the
@@ -174,22 +280,51 @@ double Trainer::evaluate() {
 }
 
 void Trainer::log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
-                       double wait_s, double comm_s) {
+                       double wait_s, double comm_s, const RankHealth& h, bool skipped) {
   const double tokens = double(r_.global_batch_resolved()) * r_.model.seq_len;
   const double tok_s = tokens / step_s;
   const double mfu = model_->shape().flops_per_token() * tok_s / (peak_flops_ * world_);
   std::vector<std::pair<std::string, double>> fields = {
       {"step", double(step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}};
   if (val_loss >= 0) fields.emplace_back("val_loss", val_loss);
-  fields.insert(fields.end(), {{"tokens_per_s", tok_s}, {"mfu", mfu}, {"step_ms", step_s * 1e3},
-                               {"data_wait_ms", wait_s * 1e3}, {"comm_wait_ms", comm_s * 1e3}});
+  fields.insert(fields.end(), {{"tokens_per_s", tok_s},
+                               {"mfu", mfu},
+                               {"step_ms", step_s * 1e3},
+                               {"data_wait_ms", wait_s * 1e3},
+                               {"comm_wait_ms", comm_s * 1e3},
+                               {"slowest_rank", double(h.slowest_rank)},
+                               {"slowest_step_ms", h.slowest_ms},
+                               {"straggler_lag_ms", h.slowest_ms - h.median_ms},
+                               {"rss_mb", h.rss_mb},
+                               {"peak_rss_mb", h.peak_rss_mb}});
+  if (h.gpu)
+    fields.insert(fields.end(), {{"gpu_util_min_pct", h.gpu_util_min_pct},
+                                 {"gpu_mem_max_mb", h.gpu_mem_max_mb},
+                                 {"gpu_power_max_w", h.gpu_power_max_w},
+                                 {"gpu_temp_max_c", h.gpu_temp_max_c}});
+  if (skipped) fields.emplace_back("skipped", 1);
   metrics_->write(fields);
-  char val[32] = "";
+  if (tensorboard_) {
+    std::vector<std::pair<std::string, double>> tb;
+    for (const auto& [k, v] : fields)
+      if (k != "step" && k != "slowest_rank") tb.emplace_back((k == "loss" || k == "val_loss" ? "loss/" : "perf/") + k, v);
+    tensorboard_->scalars(step + 1, tb);  // TensorBoard's step is the number of steps done
+  }
+  // ETA from this session's mean step time so far.
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const double per_step = elapsed / double(step + 1 - start_step_);
+  const double eta_s = per_step * double(r_.train.steps - step - 1);
+  char val[32] = "", eta[32];
   if (val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", val_loss);
+  if (eta_s >= 3600)
+    std::snprintf(eta, sizeof eta, "%dh%02dm", int(eta_s / 3600), int(eta_s / 60) % 60);
+  else
+    std::snprintf(eta, sizeof eta, "%dm%02ds", int(eta_s / 60), int(eta_s) % 60);
   std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms | "
-              "data wait %.1f ms | comm wait %.1f ms\n",
+              "data wait %.1f ms | comm wait %.1f ms | mem %.0f MB | slowest rank %d +%.0f ms | ETA %s%s\n",
               (long long)step + 1, (long long)r_.train.steps, loss, val, lr, grad_norm, tok_s, 100 * mfu, step_s * 1e3,
-              wait_s * 1e3, comm_s * 1e3);
+              wait_s * 1e3, comm_s * 1e3, h.rss_mb, h.slowest_rank, h.slowest_ms - h.median_ms, eta,
+              skipped ? " | SKIPPED (non-finite)" : "");
   std::fflush(stdout);
 }
 
@@ -213,10 +348,20 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   summary.steps = start_step_;
   double timed_s = 0, last_wait = 0;
+  int consecutive_bad = 0;
   parallel::GradSync& sync = *grad_sync_;
+  // From here every blocking communication call is watched (parallel.timeout_s).
+  parallel::Watchdog::start(r_.parallel.timeout_s, rank_);
+  const int64_t trace_from = start_step_ + 1, trace_to = trace_from + r_.log.trace_steps;
   for (int64_t step = start_step_; step < r_.train.steps; ++step) {
+    parallel::Watchdog::set_step(step);
+    trace_.set_enabled(r_.log.trace && step >= trace_from && step < trace_to);
     auto t0 = std::chrono::steady_clock::now();
-    StepBatch batch = train_data_->next();
+    StepBatch batch;
+    {
+      TraceRecorder::Span span(&trace_, "data", "data");
+      batch = train_data_->next();
+    }
     model.zero_grads();
     double loss = 0;
     const int slots = parallel::pipeline_in_flight(groups_.coord().pp, r_.parallel.pp, accum);
@@ -227,10 +372,12 @@ TrainSummary Trainer::run() {
     auto hook = [&](size_t o) { sync.grads_ready_from(std::max(o, defer_below)); };
     parallel::StageWork work;
     work.forward = [&](int i) {
+      TraceRecorder::Span span(&trace_, "forward", "compute", i);
       const size_t off = size_t(i) * B * T;
       loss += model.forward(i % slots, batch.tokens.data() + off, batch.targets.data() + off, dloss);
     };
     work.backward = [&](int i) {
+      TraceRecorder::Span span(&trace_, "backward", "compute", i);
       const bool overlap = i + 1 == accum && r_.parallel.overlap_grad_reduce;
       model.set_grad_ready_hook(overlap ? std::function<void(size_t)>(hook) : nullptr);
       model.backward(i % slots);
@@ -239,45 +386,96 @@ TrainSummary Trainer::run() {
     work.output = [&](int i) { return model.output(i % slots); };
     work.output_grad = [&] { return model.output_grad(); };
     work.input_grad = [&] { return model.input_grad(); };
+    if (faults_.sleep_rank == rank_ && faults_.sleep_step == step + 1) {
+      std::fprintf(stderr, "loom: rank %d: LOOM_FAULT: sleeping %.0f s inside step %lld\n", rank_, faults_.sleep_s,
+                   (long long)step + 1);
+      std::this_thread::sleep_for(std::chrono::duration<double>(faults_.sleep_s));
+    }
     parallel::run_1f1b(groups_.pp(), accum, size_t(B) * T * r_.model.d_model, work);
     model.set_grad_ready_hook(nullptr);
-    if (parallel::MpiCommunicator* emb = groups_.embedding()) {
-      // Tied embedding: the first stage's (lookup) and last stage's (head) gradients summed, so
-      // both copies take the same update and stay identical.
-      const ParamInfo& wte = model.table().find("wte");
-      emb->all_reduce(model.grads() + wte.offset, wte.numel, parallel::ReduceOp::Sum);
+    {
+      TraceRecorder::Span span(&trace_, "embedding and loss all-reduce", "communication");
+      if (parallel::MpiCommunicator* emb = groups_.embedding()) {
+        // Tied embedding: the first stage's (lookup) and last stage's (head) gradients summed, so
+        // both copies take the same update and stay identical.
+        const ParamInfo& wte = model.table().find("wte");
+        emb->all_reduce(model.grads() + wte.offset, wte.numel, parallel::ReduceOp::Sum);
+      }
+      // The loss lives on the last stage: the sum over the pipeline group gives it to every stage.
+      loss = groups_.pp().sum_ordered(loss);
     }
-    // The loss lives on the last stage: the sum over the pipeline group gives it to every stage.
-    loss = groups_.pp().sum_ordered(loss);
-    const double comm_s = sync.finish();
+    double comm_s;
+    {
+      TraceRecorder::Span span(&trace_, "gradient reduction wait", "communication");
+      comm_s = sync.finish();
+    }
     summary.comm_wait_s += comm_s;
-    const double norm = global_grad_norm();
-    clip_by_norm(*backend_, sync.owned_grads(), sync.owned_size(), norm, r_.optim.grad_clip);
+    if (faults_.nan_steps.count(step + 1) && sync.owned_size() > 0) {
+      const float nan = std::nanf("");
+      backend_->upload(sync.owned_grads(), &nan, 1);
+    }
+    double norm;
+    {
+      TraceRecorder::Span span(&trace_, "gradient norm", "communication");
+      norm = global_grad_norm();
+      loss = dp_mean(loss / accum);
+    }
+    // A non-finite loss or gradient norm (identical on every rank: both are global) skips the
+    // update; the step's batch is consumed, as in Megatron.
+    const bool skipped = !std::isfinite(loss) || !std::isfinite(norm);
     const double lr = schedule_.at(step);
-    optim_->step(model.params(), sync.owned_grads(), lr, step + 1);
-    sync.gather_params(model.params());
-    loss = dp_mean(loss / accum);
+    if (!skipped) {
+      consecutive_bad = 0;
+      TraceRecorder::Span span(&trace_, "optimizer", "optimizer");
+      clip_by_norm(*backend_, sync.owned_grads(), sync.owned_size(), norm, r_.optim.grad_clip);
+      optim_->step(model.params(), sync.owned_grads(), lr, step + 1);
+      sync.gather_params(model.params());
+    } else {
+      ++consecutive_bad;
+      ++summary.skipped_steps;
+      if (rank_ == 0)
+        std::fprintf(stderr, "loom: step %lld: non-finite %s (loss %g, gradient norm %g): update skipped (%d in a row; "
+                             "train.max_nonfinite_steps = %d)\n",
+                     (long long)step + 1, std::isfinite(loss) ? "gradient norm" : "loss", loss, norm, consecutive_bad,
+                     r_.train.max_nonfinite_steps);
+    }
     backend_->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (step > start_step_) timed_s += dt;
     // The schedule always runs to train.steps; stop_at_step only ends this run early.
-    const bool last = step + 1 == r_.train.steps || step + 1 == r_.train.stop_at_step;
+    const bool too_many_bad = consecutive_bad >= r_.train.max_nonfinite_steps;
+    const bool last = step + 1 == r_.train.steps || step + 1 == r_.train.stop_at_step || too_many_bad;
     double val_loss = -1;
-    if (!val_batches_.empty() && ((step + 1) % r_.log.eval_every == 0 || last)) {
+    if (!val_batches_.empty() && !too_many_bad && ((step + 1) % r_.log.eval_every == 0 || last)) {
+      TraceRecorder::Span span(&trace_, "evaluation", "compute");
       val_loss = evaluate();
       summary.final_val_loss = val_loss;
     }
-    summary.final_loss = loss;
+    if (!skipped) summary.final_loss = loss;
     summary.steps = step + 1;
-    if (rank_ == 0 && (step % r_.log.every == 0 || last || val_loss >= 0)) {
-      log_step(step, loss, val_loss, lr, norm, dt, train_data_->wait_seconds() - last_wait, comm_s);
+    if (step % r_.log.every == 0 || last || val_loss >= 0 || skipped) {  // the same on every rank
+      const RankHealth health = gather_health(dt);
+      if (rank_ == 0) log_step(step, loss, val_loss, lr, norm, dt, train_data_->wait_seconds() - last_wait, comm_s,
+                               health, skipped);
       last_wait = train_data_->wait_seconds();
     }
     const int64_t done = step + 1;
-    if (!r_.checkpoint.dir.empty() && ((r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0) || last))
+    if (!r_.checkpoint.dir.empty() && ((r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0) || last)) {
+      TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
       summary.checkpoint_stall_s += checkpointer_->save(done, train_data_->state().next_step);
+    }
+    if (r_.log.trace && step + 1 == trace_to) write_trace();
+    if (too_many_bad) {
+      checkpointer_->wait();
+      throw std::runtime_error(std::to_string(consecutive_bad) + " steps in a row (to step " + std::to_string(done) +
+                               ") had a non-finite loss or gradient norm (train.max_nonfinite_steps = " +
+                               std::to_string(r_.train.max_nonfinite_steps) + ")" +
+                               (r_.checkpoint.dir.empty() ? "" : "; the last good state is saved in checkpoint.dir"));
+    }
     if (last) break;
   }
+  parallel::Watchdog::set_step(-1);
+  if (r_.log.trace && !trace_.empty() && summary.steps < trace_to) write_trace();  // a run shorter than the window
   checkpointer_->wait();  // an async save must be complete before the run ends
   check_replicas();
   check_tied_embeddings();
@@ -286,7 +484,17 @@ TrainSummary Trainer::run() {
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
   const int64_t timed_steps = summary.steps - start_step_ - 1;
   if (timed_steps > 0) summary.tokens_per_s = double(timed_steps) * r_.global_batch_resolved() * T / timed_s;
+  parallel::Watchdog::stop();
+  if (run_record_) run_record_->finish(summary.steps, 0);
   return summary;
+}
+
+void Trainer::write_trace() {
+  trace_.set_enabled(false);
+  std::filesystem::create_directories(r_.log.dir);
+  const std::string path = (std::filesystem::path(r_.log.dir) / ("trace_rank" + std::to_string(rank_) + ".json")).string();
+  trace_.write(path);
+  if (rank_ == 0) std::printf("loom: wrote Chrome traces %s/trace_rank*.json (chrome://tracing, ui.perfetto.dev)\n", r_.log.dir.c_str());
 }
 
 }  // namespace loom

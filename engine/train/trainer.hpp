@@ -2,6 +2,7 @@
 // The training loop: composes the backend, the model, the data, the optimizer and the metrics
 // for one rank. Construction does every check and allocation that can fail on bad input (so
 // the CLI can make all ranks agree on the error before training starts); run() trains.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,11 @@
 #include "engine/config/recipe.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/metrics/metrics_log.hpp"
+#include "engine/metrics/nvml_probe.hpp"
+#include "engine/metrics/run_record.hpp"
+#include "engine/metrics/tensorboard_writer.hpp"
+#include "engine/metrics/trace_recorder.hpp"
+#include "engine/train/fault_injection.hpp"
 #include "engine/model/gpt.hpp"
 #include "engine/optim/adamw.hpp"
 #include "engine/optim/lr_schedule.hpp"
@@ -27,21 +33,39 @@ struct TrainSummary {
   double tokens_per_s = 0;     // over all steps after the first
   double comm_wait_s = 0;      // gradient reduction time not hidden behind backward, all steps
   double checkpoint_stall_s = 0;  // time the training loop was held up by checkpoint saves
+  int64_t skipped_steps = 0;      // steps with a non-finite loss or gradient norm (no update)
+};
+
+// What rank 0 logs about every rank at each log step.
+struct RankHealth {
+  double step_ms = 0, rss_mb = 0, peak_rss_mb = 0;
+  int slowest_rank = 0;
+  double slowest_ms = 0, median_ms = 0;
+  bool gpu = false;  // GPU fields below valid (NVML on every rank)
+  double gpu_util_min_pct = 0, gpu_mem_max_mb = 0, gpu_power_max_w = 0, gpu_temp_max_c = 0;
 };
 
 class Trainer {
  public:
-  // `groups` places this rank in the tp x dp x pp grid. Throws std::runtime_error (or
-  // ConfigError/BackendError) with a message naming the key or file at fault.
-  Trainer(const Recipe& recipe, parallel::ProcessGroups& groups);
+  // `groups` places this rank in the tp x dp x pp grid; `command` is the command line, for the
+  // run record. Throws std::runtime_error (or ConfigError/BackendError) with a message naming
+  // the key or file at fault.
+  Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const std::string& command = "");
   ~Trainer();
   TrainSummary run();
+  // Records in run.json (rank 0) that the session failed, before the job is aborted.
+  void note_failure(const std::string& error);
   Gpt& model() { return *model_; }
 
  private:
   double evaluate();
   void log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
-                double wait_s, double comm_s);
+                double wait_s, double comm_s, const RankHealth& health, bool skipped);
+  RankHealth gather_health(double step_s);  // collective over the world
+  std::vector<std::string> gather_hostnames();  // collective over the world
+  void start_run_record(const std::string& command, const std::string& resumed_from,
+                        const std::vector<std::string>& hosts);  // rank 0
+  void write_trace();
   double dp_mean(double local);  // the mean over data-parallel ranks, identical on every rank
   double global_grad_norm();
   void check_replicas();
@@ -60,6 +84,12 @@ class Trainer {
   std::unique_ptr<parallel::GradSync> grad_sync_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<RunRecord> run_record_;
+  std::unique_ptr<NvmlProbe> nvml_;  // on the CUDA backend
+  TraceRecorder trace_{0};
+  FaultInjection faults_;
+  std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Checkpointer> checkpointer_;
   int64_t start_step_ = 0;  // steps already done (resumed from a checkpoint)
   LrSchedule schedule_;

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""Plot one or more Loom runs for comparison: training and validation loss, and tokens/s,
+against the step, from each run directory's metrics.jsonl.
+
+    scripts/plot_metrics.py RUN_DIR [RUN_DIR ...] [-o runs.png] [--smooth N]
+
+Each run is labelled with its directory name. Skipped (non-finite) steps and missing values are
+left out. Needs Debian's python3-matplotlib (installed by scripts/setup.sh).
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed: writes a file
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def load(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        sys.exit(f"plot_metrics: {path} not found (is {run_dir} a Loom log.dir?)")
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"plot_metrics: {path}:{n}: not JSON ({e})")
+    return rows
+
+
+def series(rows, key, drop_skipped=True):
+    pts = [(r["step"] + 1, r[key]) for r in rows
+           if r.get(key) is not None and not (drop_skipped and r.get("skipped"))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def smooth(ys, n):
+    if n <= 1:
+        return ys
+    out, acc = [], []
+    for y in ys:
+        acc.append(y)
+        if len(acc) > n:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run directories (log.dir)")
+    ap.add_argument("-o", "--out", default="runs.png", help="output PNG (default runs.png)")
+    ap.add_argument("--smooth", type=int, default=1, help="moving average over N logged points")
+    a = ap.parse_args()
+    fig, (ax_loss, ax_tok) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    for run in a.runs:
+        rows = load(run)
+        label = os.path.basename(os.path.normpath(run))
+        x, y = series(rows, "loss")
+        (line,) = ax_loss.plot(x, smooth(y, a.smooth), label=f"{label} train")
+        vx, vy = series(rows, "val_loss", drop_skipped=False)  # evaluation is unaffected by a skip
+        if vx:
+            ax_loss.plot(vx, vy, "o--", color=line.get_color(), label=f"{label} val")
+        tx, ty = series(rows, "tokens_per_s")
+        ax_tok.plot(tx, smooth(ty, a.smooth), color=line.get_color(), label=label)
+    ax_loss.set_ylabel("loss (nats/token)")
+    ax_loss.legend()
+    ax_loss.grid(alpha=0.3)
+    ax_tok.set_ylabel("tokens/s")
+    ax_tok.set_xlabel("step")
+    ax_tok.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=100)
+    print(f"plot_metrics: wrote {a.out} ({len(a.runs)} run{'s' if len(a.runs) > 1 else ''})")
+
+
+if __name__ == "__main__":
+    main()

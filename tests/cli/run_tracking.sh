@@ -1,0 +1,87 @@
+# What a run records: run.json (sessions, command, commit, ranks), recipe.yaml, metrics.jsonl,
+# TensorBoard event files and Chrome traces; a resumed run continues them (a second session, no
+# duplicated steps, a TensorBoard session start). Non-finite steps are skipped and logged; too
+# many in a row stop the run with a checkpoint and a failed session in run.json.
+source "$(dirname "$0")/common.sh"
+corpus
+cd "$SRC"
+export OMP_NUM_THREADS=2
+args=(--set train.steps=6 --set log.every=1 --set log.eval_every=0 --set checkpoint.every=3 --set checkpoint.dir="$WORK/ck"
+      --set log.dir="$WORK/run" --set log.trace=true --set log.trace_steps=2)
+"$LOOM" train configs/tiny.yaml "${args[@]}" --set train.stop_at_step=3 > "$WORK/a.out"
+"$LOOM" train configs/tiny.yaml "${args[@]}" > "$WORK/b.out"
+grep -q "resumed from" "$WORK/b.out" || fail "the second session did not resume"
+python3 - "$WORK/run" <<'PY'
+import json, os, struct, sys
+run = sys.argv[1]
+doc = json.load(open(f"{run}/run.json"))
+s = doc["sessions"]
+assert len(s) == 2, f"expected 2 sessions, got {len(s)}"
+for x in s:
+    assert x["exit_status"] == 0 and x["ended"], x
+    assert "loom train configs/tiny.yaml" in x["command"], x["command"]
+    assert x["git_commit"] and x["mpi"].startswith("Open MPI"), x
+    assert x["ranks"][0]["host"], x["ranks"]
+assert s[0]["resumed_from"] is None and s[1]["resumed_from"].endswith("step_00000003"), s
+assert s[0]["end_step"] == 3 and s[1]["start_step"] == 3 and s[1]["end_step"] == 6
+assert "seq_len: 64" in open(f"{run}/recipe.yaml").read()
+rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(6)), [r["step"] for r in rows]
+for k in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "step_ms", "data_wait_ms", "slowest_rank",
+          "straggler_lag_ms", "rss_mb", "peak_rss_mb"):
+    assert k in rows[-1], f"metrics.jsonl lacks {k}"
+# TensorBoard: one event file per session; records well framed; the second starts with a
+# session START at step 3 and then has steps 4..6.
+events = sorted(f for f in os.listdir(run) if f.startswith("events.out.tfevents."))
+assert len(events) == 2, events
+def records(path):
+    data, out, at = open(path, "rb").read(), [], 0
+    while at < len(data):
+        (n,) = struct.unpack_from("<Q", data, at)
+        out.append(data[at + 12: at + 12 + n]); at += 12 + n + 4
+    return out
+steps = {}
+for f in events:
+    recs = records(f"{run}/{f}")
+    assert b"brain.Event:2" in recs[0]
+    steps[f] = recs
+second = max(steps.values(), key=lambda r: b"\x3a\x02\x08\x01" in r[1])
+assert second[1].endswith(b"\x10\x03\x3a\x02\x08\x01"), second[1]
+assert sum(b"loss/loss" in r for r in second) == 3
+# Chrome traces: the traced steps' phases.
+tr = json.load(open(f"{run}/trace_rank0.json"))
+names = {e["name"] for e in tr["traceEvents"]}
+for n in ("data", "forward", "backward", "optimizer", "gradient reduction wait"):
+    assert n in names, f"trace lacks {n}: {names}"
+print("run directory: OK")
+PY
+
+# Non-finite gradients at steps 2 and 3: skipped, logged, the run finishes with finite loss.
+LOOM_FAULT=nan@2,3 "$LOOM" train configs/tiny.yaml --set train.steps=6 --set log.every=1 --set log.eval_every=0 \
+  --set log.dir="$WORK/nan" > "$WORK/nan.out" 2> "$WORK/nan.err"
+grep -q "step 2: non-finite gradient norm .* update skipped (1 in a row" "$WORK/nan.err" || fail "nan: not reported: $(cat "$WORK/nan.err")"
+python3 - "$WORK/nan/metrics.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r.get("skipped", 0) for r in rows] == [0, 1, 1, 0, 0, 0], rows
+assert all(r["loss"] is not None and math.isfinite(r["loss"]) for r in rows)
+assert rows[-1]["grad_norm"] is not None and rows[-1]["loss"] < rows[0]["loss"]
+PY
+# Three in a row (train.max_nonfinite_steps = 3): the run stops, exit 1, with a checkpoint of
+# the last good state and the failure in run.json.
+set +e
+LOOM_FAULT=nan@2,3,4 "$LOOM" train configs/tiny.yaml --set train.steps=8 --set log.every=1 --set log.eval_every=0 \
+  --set log.dir="$WORK/nan3" --set checkpoint.dir="$WORK/nan3ck" > "$WORK/nan3.out" 2> "$WORK/nan3.err"; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "three non-finite steps: exit status $rc, expected 1"
+grep -q "3 steps in a row (to step 4) had a non-finite" "$WORK/nan3.err" || fail "nan3: message: $(cat "$WORK/nan3.err")"
+[ -f "$WORK/nan3ck/step_00000004/manifest.json" ] || fail "nan3: no checkpoint of the last good state"
+python3 -c "
+import json, sys
+s = json.load(open('$WORK/nan3/run.json'))['sessions'][-1]
+assert s['exit_status'] == 1 and 'non-finite' in s['error'], s
+"
+# Plots: two runs into one PNG.
+/usr/bin/python3 "$SRC/scripts/plot_metrics.py" "$WORK/run" "$WORK/nan" -o "$WORK/runs.png"
+[ "$(head -c 8 "$WORK/runs.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "plot_metrics.py wrote no PNG"
+echo PASS

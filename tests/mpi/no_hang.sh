@@ -1,0 +1,53 @@
+# No rank may hang when another fails. Four ranks (tp 2 x dp 2) of the tiny model:
+#  1. one rank killed with SIGKILL mid-training: every rank exits, non-zero, within
+#     parallel.timeout_s + 30 s, and the dead rank is named;
+#  2. one rank stuck (asleep) inside a step: the others' watchdogs fire after parallel.timeout_s,
+#     name the rank, call and group they were waiting in and the step, and the job aborts.
+source "$(dirname "$0")/../cli/common.sh"
+corpus
+cd "$SRC"
+export OMP_NUM_THREADS=1
+timeout_s=10
+args=(--set parallel.tp=2 --set train.steps=2000 --set log.every=1 --set log.eval_every=0 --set parallel.timeout_s=$timeout_s)
+ranks_of() { for p in $(pgrep -f -- "log.dir=$1" || true); do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ] && echo "$p"; done; }
+
+# 1. kill -9 of one rank.
+"$MPIEXEC" --oversubscribe --bind-to none -np 4 "$LOOM" train configs/tiny.yaml "${args[@]}" --set log.dir="$WORK/k" \
+  > "$WORK/k.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "^step .*/2000" "$WORK/k.out" 2>/dev/null && break; sleep 0.1; done
+grep -q "^step" "$WORK/k.out" || { cat "$WORK/k.out"; fail "kill: training never started"; }
+pids=$(ranks_of "$WORK/k")
+[ "$(echo "$pids" | wc -l)" = 4 ] || fail "kill: expected 4 rank processes, found: $pids"
+victim=$(echo "$pids" | sed -n 3p)
+t0=$(date +%s)
+kill -9 "$victim"
+set +e; wait "$job"; rc=$?; set -e
+elapsed=$(( $(date +%s) - t0 ))
+# Every rank gone (mpirun takes the others down when one dies).
+for p in $pids; do
+  while kill -0 "$p" 2>/dev/null && [ $(( $(date +%s) - t0 )) -le $(( timeout_s + 30 )) ]; do sleep 0.2; done
+  kill -0 "$p" 2>/dev/null && { kill -9 $pids; fail "kill: rank pid $p still running after $(( timeout_s + 30 ))s"; }
+done
+elapsed=$(( $(date +%s) - t0 ))
+[ "$rc" != 0 ] || fail "kill: mpirun exited 0 after a rank was killed"
+grep -qi "rank [0-9]* .*\(exited on signal 9\|killed\)" "$WORK/k.out" || { cat "$WORK/k.out"; fail "kill: the dead rank was not named"; }
+echo "kill -9: job ended in ${elapsed}s, status $rc: $(grep -i "exited on signal" "$WORK/k.out" | head -1)"
+
+# 2. one rank asleep inside step 3.
+t0=$(date +%s)
+set +e
+LOOM_FAULT=sleep@1:3:600 "$MPIEXEC" --oversubscribe --bind-to none -x LOOM_FAULT -np 4 "$LOOM" train configs/tiny.yaml \
+  "${args[@]}" --set log.dir="$WORK/s" > "$WORK/s.out" 2>&1; rc=$?
+set -e
+elapsed=$(( $(date +%s) - t0 ))
+[ "$rc" != 0 ] || fail "sleep: the job exited 0"
+[ "$elapsed" -le $(( timeout_s + 45 )) ] || fail "sleep: the job took ${elapsed}s to end"
+grep -q "rank 1: LOOM_FAULT: sleeping" "$WORK/s.out" || { cat "$WORK/s.out"; fail "sleep: the fault did not happen"; }
+grep -q "loom: error: rank [0-9]*: .* on the [a-z-]* group has not completed after [0-9]* s (training step 3)" "$WORK/s.out" ||
+  { cat "$WORK/s.out"; fail "sleep: no watchdog message naming the rank, call, group and step"; }
+sleep 2
+left=$(ranks_of "$WORK/s")
+[ -z "$left" ] || { kill -9 $left; fail "sleep: ranks still running after the job ended"; }
+echo "stuck rank: job ended in ${elapsed}s, status $rc: $(grep "has not completed" "$WORK/s.out" | head -1)"
+echo PASS
