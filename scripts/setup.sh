@@ -26,6 +26,7 @@ pkgs=(
   nlohmann-json3-dev                    # vocab.json, data manifests
   fortunes                              # ~2.4 MB of real English text for the demo and tests
   python3-matplotlib                    # scripts/plot_metrics.py
+  slurmctld slurmd slurm-client munge   # a one-node Slurm cluster for the Slurm template tests
 )
 if [ "$dev" = 1 ]; then
   pkgs+=(python3-torch python3-numpy python3-h5py python3-regex)

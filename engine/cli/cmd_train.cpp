@@ -6,6 +6,7 @@
 
 #include "engine/cli/commands.hpp"
 #include "engine/config/recipe_io.hpp"
+#include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
@@ -34,6 +35,7 @@ std::string command_line(int argc, char** argv) {
 int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   const std::string command = command_line(*argc, *argv);
   parallel::MpiWorld world(argc, argv);
+  install_stop_signals();  // after MPI_Init, so that these handlers are the ones in place
   auto report = [&](std::string error) {
     error = world.agree_on_error(error);
     if (!error.empty() && world.rank() == 0) std::fprintf(stderr, "loom: error: %s\n", error.c_str());
@@ -60,8 +62,19 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   }
   if (!report(error)) return 2;
 
+  int status = 0;
   try {
     TrainSummary s = trainer->run();
+    if (!s.stopped_early.empty()) {
+      status = kExitResumable;
+      if (world.rank() == 0)
+        std::printf("loom: stopped at step %lld of %lld on %s; %s run the same command again to resume "
+                    "(exit status %d)\n",
+                    (long long)s.steps, (long long)r.train.steps, s.stopped_early.c_str(),
+                    r.checkpoint.dir.empty() ? "checkpoint.dir is not set, so nothing was saved;"
+                                             : "a checkpoint was saved;",
+                    kExitResumable);
+    }
     if (world.rank() == 0)
       std::printf("loom: trained %lld steps, final loss %.4f%s, %.0f tokens/s, gradient reduction not hidden: %.1f ms "
                   "in all, checkpoint stalls %.1f ms in all\n",
@@ -74,7 +87,7 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   }
   trainer.reset();
   groups.reset();
-  return 0;
+  return status;
 }
 
 }  // namespace loom::cli

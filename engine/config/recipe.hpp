@@ -32,7 +32,8 @@ struct TrainConfig {
   int global_batch = 0;  // 0 means "auto": micro_batch * dp (no gradient accumulation)
   int64_t steps = 1000;
   int64_t stop_at_step = 0;  // > 0: end this run (with a checkpoint) once this step is done
-  int max_nonfinite_steps = 3;  // non-finite loss/grad norm: step skipped; this many in a row stop the run
+  int max_nonfinite_steps = 3;
+  double max_minutes = 0;  // > 0: save and stop (exit 75) before this wall-clock budget runs out  // non-finite loss/grad norm: step skipped; this many in a row stop the run
   uint64_t seed = 1337;
   std::string backend = "cpu";     // cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16 | fp16

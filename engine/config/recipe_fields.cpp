@@ -37,6 +37,7 @@ std::vector<Field> make_fields() {
       {"train", "steps", K::Int64, 1, kHuge, {}, LOOM_MEMBER(train, steps), "optimizer steps to train"},
       {"train", "stop_at_step", K::Int64, 0, kHuge, {}, LOOM_MEMBER(train, stop_at_step), "end this run after this step (saving a checkpoint), to continue later with checkpoint.resume; 0: run to train.steps"},
       {"train", "max_nonfinite_steps", K::Int, 1, kIntMax, {}, LOOM_MEMBER(train, max_nonfinite_steps), "a step whose loss or gradient norm is NaN/inf is skipped (no update); this many in a row stop the run with a checkpoint of the last good state and exit status 1"},
+      {"train", "max_minutes", K::Float, 0, 1e7, {}, LOOM_MEMBER(train, max_minutes), "wall-clock budget of this session in minutes: when the next step and a checkpoint save would not fit, save and exit with status 75 (resumable); 0: no limit"},
       {"train", "seed", K::UInt64, 0, 1.8e19, {}, LOOM_MEMBER(train, seed), "seed of the initialisation and of data sampling"},
       {"train", "backend", K::String, 0, 0, {"cpu", "cuda"}, LOOM_MEMBER(train, backend), "compute backend: cpu (Eigen/OpenBLAS reference) or cuda"},
       {"train", "precision", K::String, 0, 0, {"fp32", "bf16", "fp16"}, LOOM_MEMBER(train, precision), "parameter/activation precision; bf16 and fp16 need backend cuda"},

@@ -18,6 +18,7 @@
 
 #include "engine/config/recipe_io.hpp"
 #include "engine/util/crc32c.hpp"
+#include "engine/train/stop_request.hpp"
 #include "engine/util/host_memory.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/pipeline_schedule.hpp"
@@ -349,6 +350,7 @@ TrainSummary Trainer::run() {
   summary.steps = start_step_;
   double timed_s = 0, last_wait = 0;
   int consecutive_bad = 0;
+  double max_save_s = 0;  // the longest save so far: the room train.max_minutes leaves for the last one
   parallel::GradSync& sync = *grad_sync_;
   // From here every blocking communication call is watched (parallel.timeout_s).
   parallel::Watchdog::start(r_.parallel.timeout_s, rank_);
@@ -444,7 +446,21 @@ TrainSummary Trainer::run() {
     if (step > start_step_) timed_s += dt;
     // The schedule always runs to train.steps; stop_at_step only ends this run early.
     const bool too_many_bad = consecutive_bad >= r_.train.max_nonfinite_steps;
-    const bool last = step + 1 == r_.train.steps || step + 1 == r_.train.stop_at_step || too_many_bad;
+    // Stop early, with a checkpoint, on SIGUSR1/SIGTERM (preemption, a time limit ahead) or when
+    // train.max_minutes would not leave room for another step and a save. Every rank must stop
+    // at the same step, so the ranks agree on it here (a max over one float).
+    float stop_vote = stop_signal() ? 2.0f : 0.0f;
+    if (!stop_vote && r_.train.max_minutes > 0) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+      const double margin = 2 * dt + (max_save_s > 0 ? 1.5 * max_save_s : 10 * dt);
+      if (elapsed + margin > r_.train.max_minutes * 60) stop_vote = 1.0f;
+    }
+    groups_.world().all_reduce(&stop_vote, 1, parallel::ReduceOp::Max);
+    const bool stop_now = stop_vote > 0 && step + 1 < r_.train.steps;
+    if (stop_now)
+      summary.stopped_early = stop_vote == 2 ? "a stop signal (SIGUSR1 or SIGTERM: preemption or a time limit ahead)"
+                                             : "train.max_minutes = " + std::to_string(r_.train.max_minutes);
+    const bool last = step + 1 == r_.train.steps || step + 1 == r_.train.stop_at_step || too_many_bad || stop_now;
     double val_loss = -1;
     if (!val_batches_.empty() && !too_many_bad && ((step + 1) % r_.log.eval_every == 0 || last)) {
       TraceRecorder::Span span(&trace_, "evaluation", "compute");
@@ -462,7 +478,9 @@ TrainSummary Trainer::run() {
     const int64_t done = step + 1;
     if (!r_.checkpoint.dir.empty() && ((r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0) || last)) {
       TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
-      summary.checkpoint_stall_s += checkpointer_->save(done, train_data_->state().next_step);
+      const double save_s = checkpointer_->save(done, train_data_->state().next_step);
+      summary.checkpoint_stall_s += save_s;
+      max_save_s = std::max(max_save_s, save_s);
     }
     if (r_.log.trace && step + 1 == trace_to) write_trace();
     if (too_many_bad) {
@@ -485,7 +503,9 @@ TrainSummary Trainer::run() {
   const int64_t timed_steps = summary.steps - start_step_ - 1;
   if (timed_steps > 0) summary.tokens_per_s = double(timed_steps) * r_.global_batch_resolved() * T / timed_s;
   parallel::Watchdog::stop();
-  if (run_record_) run_record_->finish(summary.steps, 0);
+  if (run_record_)
+    run_record_->finish(summary.steps, summary.stopped_early.empty() ? 0 : kExitResumable,
+                        summary.stopped_early.empty() ? "" : "stopped early: " + summary.stopped_early);
   return summary;
 }
 

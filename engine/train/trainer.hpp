@@ -34,6 +34,7 @@ struct TrainSummary {
   double comm_wait_s = 0;      // gradient reduction time not hidden behind backward, all steps
   double checkpoint_stall_s = 0;  // time the training loop was held up by checkpoint saves
   int64_t skipped_steps = 0;      // steps with a non-finite loss or gradient norm (no update)
+  std::string stopped_early;      // why the run stopped before train.steps with a checkpoint ("" if it did not)
 };
 
 // What rank 0 logs about every rank at each log step.
