@@ -17,8 +17,12 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (probe.count == 0)
       throw BackendError("train.backend=cuda but no CUDA device is usable here (" + probe.reason +
                          "); use train.backend=cpu or run on a GPU node");
+    // The CUDA ops exist (kernels/cuda, make_cuda_backend, checked op by op against this CPU
+    // backend by test_cuda_ops); training on them needs device-buffer communicators (NCCL) and
+    // device-side data handling in the trainer, which are not wired yet.
     throw BackendError("train.backend=cuda: CUDA devices found (" + probe.names +
-                       ") but the CUDA training ops are not implemented in this build yet; use train.backend=cpu");
+                       ") and the CUDA ops are built, but training on them (NCCL communicators, device buffers in "
+                       "the trainer) is not wired yet; use train.backend=cpu");
 #else
     throw BackendError("train.backend=cuda but this loom was built without CUDA (LOOM_CUDA=OFF or no nvcc at "
                        "configure time); rebuild with the CUDA toolkit or use train.backend=cpu");

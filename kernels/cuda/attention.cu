@@ -1,0 +1,210 @@
+// Fused causal self-attention, fp32, flash-attention's algorithm without its tiling: no T x T
+// score matrix is ever stored. Forward: one warp per query row (b, h, i) walks the keys j <= i
+// with an online softmax (running max and sum), accumulating the output in registers, and saves
+// the row's log-sum-exp. Backward recomputes the probabilities from it:
+//   D_i = dO_i . O_i,  P_ij = exp(q_i.k_j * s - lse_i),  dS_ij = P_ij (dO_i.v_j - D_i)
+//   dQ_i = s * sum_{j<=i} dS_ij k_j        (a warp per query row)
+//   dK_j = s * sum_{i>=j} dS_ij q_i,  dV_j = sum_{i>=j} P_ij dO_i   (a warp per key row)
+// Every sum runs in a fixed order in one warp: deterministic, no atomics. Head size <= 256.
+// This is the correctness-first version; shared-memory tiling of K/V blocks (the flash speed)
+// is the next step once it can be measured on a GPU.
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kMaxPerLane = 8;  // head size up to 32 * 8 = 256
+
+__device__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// Row pointers of (b, t, head h) in qkv (B, T, 3C): q, k, v.
+__device__ const float* q_row(const float* qkv, int b, int t, int h, int T, int C, int hs) {
+  return qkv + (size_t(b) * T + t) * 3 * C + size_t(h) * hs;
+}
+
+__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp >= B * NH * T) return;
+  const int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const int hs = C / NH;
+  const float scale = rsqrtf(float(hs));
+  const float* q = q_row(qkv, b, i, h, T, C, hs);
+  float qr[kMaxPerLane], acc[kMaxPerLane];
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int d = lane + 32 * r;
+    qr[r] = d < hs ? q[d] : 0.0f;
+    acc[r] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int j = 0; j <= i; ++j) {
+    const float* k = q_row(qkv, b, j, h, T, C, hs) + C;
+    const float* v = k + C;
+    float s = 0;
+    for (int r = 0; r < kMaxPerLane; ++r) {
+      const int d = lane + 32 * r;
+      if (d < hs) s += qr[r] * k[d];
+    }
+    s = warp_sum(s) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + p;
+    for (int r = 0; r < kMaxPerLane; ++r) {
+      const int d = lane + 32 * r;
+      if (d < hs) acc[r] = acc[r] * corr + p * v[d];
+    }
+    m = m_new;
+  }
+  float* o = out + (size_t(b) * T + i) * C + size_t(h) * hs;
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int d = lane + 32 * r;
+    if (d < hs) o[d] = acc[r] / l;
+  }
+  if (lane == 0) lse[(size_t(b) * NH + h) * T + i] = m + logf(l);
+}
+
+// D (B, NH, T) = dO . O per row.
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int C,
+                                       int NH) {
+  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp >= B * NH * T) return;
+  const int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const int hs = C / NH;
+  const size_t off = (size_t(b) * T + i) * C + size_t(h) * hs;
+  float s = 0;
+  for (int d = lane; d < hs; d += 32) s += dout[off + d] * out[off + d];
+  s = warp_sum(s);
+  if (lane == 0) delta[(size_t(b) * NH + h) * T + i] = s;
+}
+
+__global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                    const float* delta, int B, int T, int C, int NH) {
+  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp >= B * NH * T) return;
+  const int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const int hs = C / NH;
+  const float scale = rsqrtf(float(hs));
+  const size_t row = (size_t(b) * NH + h) * T + i;
+  const float L = lse[row], Di = delta[row];
+  const float* q = q_row(qkv, b, i, h, T, C, hs);
+  const float* go = dout + (size_t(b) * T + i) * C + size_t(h) * hs;
+  float qr[kMaxPerLane], gr[kMaxPerLane], acc[kMaxPerLane];
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int d = lane + 32 * r;
+    qr[r] = d < hs ? q[d] : 0.0f;
+    gr[r] = d < hs ? go[d] : 0.0f;
+    acc[r] = 0.0f;
+  }
+  for (int j = 0; j <= i; ++j) {
+    const float* k = q_row(qkv, b, j, h, T, C, hs) + C;
+    const float* v = k + C;
+    float s = 0, dp = 0;
+    for (int r = 0; r < kMaxPerLane; ++r) {
+      const int d = lane + 32 * r;
+      if (d < hs) {
+        s += qr[r] * k[d];
+        dp += gr[r] * v[d];
+      }
+    }
+    s = warp_sum(s) * scale;
+    dp = warp_sum(dp);
+    const float p = expf(s - L), ds = p * (dp - Di);
+    for (int r = 0; r < kMaxPerLane; ++r) {
+      const int d = lane + 32 * r;
+      if (d < hs) acc[r] += ds * k[d];
+    }
+  }
+  float* dq = dqkv + (size_t(b) * T + i) * 3 * C + size_t(h) * hs;
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int d = lane + 32 * r;
+    if (d < hs) dq[d] = acc[r] * scale;
+  }
+}
+
+__global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                     const float* delta, int B, int T, int C, int NH) {
+  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp >= B * NH * T) return;
+  const int j = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const int hs = C / NH;
+  const float scale = rsqrtf(float(hs));
+  const float* k = q_row(qkv, b, j, h, T, C, hs) + C;
+  const float* v = k + C;
+  float kr[kMaxPerLane], vr[kMaxPerLane], dk[kMaxPerLane], dv[kMaxPerLane];
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int d = lane + 32 * r;
+    kr[r] = d < hs ? k[d] : 0.0f;
+    vr[r] = d < hs ? v[d] : 0.0f;
+    dk[r] = dv[r] = 0.0f;
+  }
+  for (int i = j; i < T; ++i) {
+    const float* q = q_row(qkv, b, i, h, T, C, hs);
+    const float* go = dout + (size_t(b) * T + i) * C + size_t(h) * hs;
+    const size_t row = (size_t(b) * NH + h) * T + i;
+    float s = 0, dp = 0;
+    for (int r = 0; r < kMaxPerLane; ++r) {
+      const int d = lane + 32 * r;
+      if (d < hs) {
+        s += q[d] * kr[r];
+        dp += go[d] * vr[r];
+      }
+    }
+    s = warp_sum(s) * scale;
+    dp = warp_sum(dp);
+    const float p = expf(s - lse[row]), ds = p * (dp - delta[row]);
+    for (int r = 0; r < kMaxPerLane; ++r) {
+      const int d = lane + 32 * r;
+      if (d < hs) {
+        dk[r] += ds * q[d];
+        dv[r] += p * go[d];
+      }
+    }
+  }
+  float* dkp = dqkv + (size_t(b) * T + j) * 3 * C + C + size_t(h) * hs;
+  float* dvp = dkp + C;
+  for (int r = 0; r < kMaxPerLane; ++r) {
+    const int d = lane + 32 * r;
+    if (d < hs) {
+      dkp[d] = dk[r] * scale;
+      dvp[d] = dv[r];
+    }
+  }
+}
+
+void check_head_size(int C, int NH) {
+  if (NH <= 0 || C % NH != 0 || C / NH > 32 * kMaxPerLane)
+    throw std::runtime_error("CUDA attention: head size " + std::to_string(NH > 0 ? C / NH : 0) +
+                             " is not supported (C must divide by NH, head size <= 256)");
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+  check_head_size(C, NH);
+  const size_t rows = size_t(B) * NH * T;
+  if (rows == 0) return;
+  attention_forward_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(out, lse, qkv, B, T, C, NH);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int C, int NH, Workspace ws, cudaStream_t stream) {
+  check_head_size(C, NH);
+  const size_t rows = size_t(B) * NH * T;
+  if (rows == 0) return;
+  if (ws.bytes < rows * sizeof(float)) throw std::runtime_error("attention_backward: workspace too small");
+  float* delta = static_cast<float*>(ws.ptr);
+  attention_delta_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(delta, dout, out, B, T, C, NH);
+  LOOM_CUDA_LAUNCHED();
+  attention_dq_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(dqkv, dout, qkv, lse, delta, B, T, C, NH);
+  LOOM_CUDA_LAUNCHED();
+  attention_dkv_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(dqkv, dout, qkv, lse, delta, B, T, C, NH);
+  LOOM_CUDA_LAUNCHED();
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,118 @@
+// Softmax cross-entropy over vocabulary-padded logits, fused with its gradient: one block per
+// row, three passes over the row (max, sum of exponentials, then loss and gradient written in
+// place), so the probabilities are never stored. The vocab-parallel variant splits the same
+// computation at the two points where the tensor-parallel group must reduce (max, then sum and
+// target logit). Padding columns never enter a max or a sum and get a zero gradient.
+#include <cfloat>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Block-wide reduction (max or sum) of one value per thread; every thread gets the result.
+template <bool kMax>
+__device__ float block_reduce(float x) {
+  __shared__ float shared[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, o);
+    x = kMax ? fmaxf(x, y) : x + y;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  float r = kMax ? -INFINITY : 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, shared[w]) : r + shared[w];
+  return r;
+}
+
+__device__ float row_max(const float* row, int n) {
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < n; j += kThreads) m = fmaxf(m, row[j]);
+  return block_reduce<true>(m);
+}
+
+__device__ float row_sumexp(const float* row, int n, float mx) {
+  float s = 0;
+  for (int j = threadIdx.x; j < n; j += kThreads) s += expf(row[j] - mx);
+  return block_reduce<false>(s);
+}
+
+__device__ void write_grad(float* row, int v_real, int width, int target, float lse, float dloss) {
+  for (int j = threadIdx.x; j < v_real; j += kThreads) row[j] = dloss * (expf(row[j] - lse) - (j == target ? 1.0f : 0.0f));
+  for (int j = v_real + threadIdx.x; j < width; j += kThreads) row[j] = 0.0f;
+}
+
+__global__ void softmax_ce_kernel(float* losses, float* logits, const int32_t* targets, int V, int Vp, float dloss,
+                                  bool grad) {
+  float* row = logits + size_t(blockIdx.x) * Vp;
+  const float mx = row_max(row, V);
+  const float lse = mx + logf(row_sumexp(row, V, mx));
+  const int t = targets[blockIdx.x];
+  const float target_logit = row[t];
+  __syncthreads();  // every thread has read row[t] before any gradient overwrites it
+  if (threadIdx.x == 0) losses[blockIdx.x] = lse - target_logit;
+  if (grad) write_grad(row, V, Vp, t, lse, dloss);
+}
+
+__global__ void ce_max_kernel(float* maxes, const float* logits, int Vl, int v_real) {
+  const float m = row_max(logits + size_t(blockIdx.x) * Vl, v_real);
+  if (threadIdx.x == 0) maxes[blockIdx.x] = m;
+}
+
+__global__ void ce_partials_kernel(float* partials, const float* logits, const float* maxes, const int32_t* targets,
+                                   int N, int Vl, int v_real, int vocab_start) {
+  const float* row = logits + size_t(blockIdx.x) * Vl;
+  const float s = v_real > 0 ? row_sumexp(row, v_real, maxes[blockIdx.x]) : 0.0f;
+  if (threadIdx.x == 0) {
+    const int t = targets[blockIdx.x] - vocab_start;
+    partials[blockIdx.x] = s;
+    partials[N + blockIdx.x] = (t >= 0 && t < v_real) ? row[t] : 0.0f;
+  }
+}
+
+__global__ void ce_finish_kernel(float* losses, float* logits, const float* maxes, const float* partials,
+                                 const int32_t* targets, int N, int Vl, int v_real, int vocab_start, float dloss,
+                                 bool grad) {
+  const int i = blockIdx.x;
+  const float lse = maxes[i] + logf(partials[i]);
+  if (threadIdx.x == 0) losses[i] = lse - partials[N + i];
+  if (grad) write_grad(logits + size_t(i) * Vl, v_real, Vl, targets[i] - vocab_start, lse, dloss);
+}
+
+}  // namespace
+
+void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp, float dloss,
+                          bool write_grad, cudaStream_t stream) {
+  if (N == 0) return;
+  softmax_ce_kernel<<<N, kThreads, 0, stream>>>(losses, logits, targets, V, Vp, dloss, write_grad);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void crossentropy_max(float* maxes, const float* logits, int N, int Vl, int v_real, cudaStream_t stream) {
+  if (N == 0) return;
+  ce_max_kernel<<<N, kThreads, 0, stream>>>(maxes, logits, Vl, v_real);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void crossentropy_partials(float* partials, const float* logits, const float* maxes, const int32_t* targets, int N,
+                           int Vl, int v_real, int vocab_start, cudaStream_t stream) {
+  if (N == 0) return;
+  ce_partials_kernel<<<N, kThreads, 0, stream>>>(partials, logits, maxes, targets, N, Vl, v_real, vocab_start);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void crossentropy_finish(float* losses, float* logits, const float* maxes, const float* partials,
+                         const int32_t* targets, int N, int Vl, int v_real, int vocab_start, float dloss,
+                         bool write_grad, cudaStream_t stream) {
+  if (N == 0) return;
+  ce_finish_kernel<<<N, kThreads, 0, stream>>>(losses, logits, maxes, partials, targets, N, Vl, v_real, vocab_start,
+                                               dloss, write_grad);
+  LOOM_CUDA_LAUNCHED();
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,90 @@
+// Elementwise ops over flat buffers: GELU (tanh approximation, GPT-2), residual add, scale, and
+// AdamW (PyTorch's formulation, bias corrections computed in double on the host as the CPU
+// reference does). One thread per element, grid-stride loops.
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace loom::cuda {
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+unsigned grid_for(size_t n) { return unsigned(std::min<size_t>(blocks_for(n, 256), 65535 * 8)); }
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float th = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] = dout[i] * g;  // dinp may alias dout: read before written, same element
+  }
+}
+
+__global__ void residual_kernel(float* out, const float* a, const float* b, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void scale_kernel(float* x, size_t n, float s) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) x[i] *= s;
+}
+
+__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, size_t n, float beta1, float beta2,
+                             float eps, float step, float decay, float bc2_sqrt) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * decay - step * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+  if (!n) return;
+  gelu_forward_kernel<<<grid_for(n), 256, 0, stream>>>(out, inp, n);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream) {
+  if (!n) return;
+  gelu_backward_kernel<<<grid_for(n), 256, 0, stream>>>(dinp, inp, dout, n);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
+  if (!n) return;
+  residual_kernel<<<grid_for(n), 256, 0, stream>>>(out, a, b, n);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void scale(float* x, size_t n, float s, cudaStream_t stream) {
+  if (!n) return;
+  scale_kernel<<<grid_for(n), 256, 0, stream>>>(x, n, s);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t t, cudaStream_t stream) {
+  if (!n) return;
+  const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
+  const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+  adamw_kernel<<<grid_for(n), 256, 0, stream>>>(param, grad, m, v, n, beta1, beta2, eps, lr / bc1,
+                                                1.0f - lr * weight_decay, bc2_sqrt);
+  LOOM_CUDA_LAUNCHED();
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,111 @@
+// LayerNorm over the last dimension, eps 1e-5, biased variance (as torch and the CPU reference).
+// Forward and the input gradient: one warp per row. Weight and bias gradients: rows split into
+// kGroups fixed groups, each group's partial column sums written to the workspace, then summed
+// over the groups in order: deterministic.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/ops.cuh"
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kGroups = 64;
+
+__device__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                         const float* b, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float* x = inp + size_t(row) * C;
+  float s = 0;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / C;
+  float v = 0;
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  const float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+  float* o = out + size_t(row) * C;
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+                                      const float* mean, const float* rstd, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float* x = inp + size_t(row) * C;
+  const float* d = dout + size_t(row) * C;
+  const float m = mean[row], r = rstd[row];
+  float a = 0, bsum = 0;  // mean of dnorm, and of dnorm * norm
+  for (int c = lane; c < C; c += 32) {
+    const float dn = d[c] * w[c];
+    a += dn;
+    bsum += dn * (x[c] - m) * r;
+  }
+  a = warp_sum(a) / C;
+  bsum = warp_sum(bsum) / C;
+  float* di = dinp + size_t(row) * C;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (x[c] - m) * r;
+    di[c] += (d[c] * w[c] - a - norm * bsum) * r;
+  }
+}
+
+// partial[g][c] = sums over the rows of group g (rows g, g + kGroups, ...) for column c.
+__global__ void layernorm_dwdb_partial_kernel(float* part_w, float* part_b, const float* dout, const float* inp,
+                                              const float* mean, const float* rstd, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
+  if (c >= C) return;
+  float sw = 0, sb = 0;
+  for (int n = g; n < N; n += kGroups) {
+    const float d = dout[size_t(n) * C + c];
+    sw += d * (inp[size_t(n) * C + c] - mean[n]) * rstd[n];
+    sb += d;
+  }
+  part_w[size_t(g) * C + c] = sw;
+  part_b[size_t(g) * C + c] = sb;
+}
+
+__global__ void sum_groups_kernel(float* dw, float* db, const float* part_w, const float* part_b, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float sw = 0, sb = 0;
+  for (int g = 0; g < kGroups; ++g) {
+    sw += part_w[size_t(g) * C + c];
+    sb += part_b[size_t(g) * C + c];
+  }
+  dw[c] += sw;
+  db[c] += sb;
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
+                       int C, cudaStream_t stream) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<blocks_for(size_t(N), 8), 256, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+  LOOM_CUDA_LAUNCHED();
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int N, int C, Workspace ws, cudaStream_t stream) {
+  if (N == 0) return;
+  if (ws.bytes < size_t(2) * kGroups * C * sizeof(float))
+    throw std::runtime_error("layernorm_backward: workspace too small");
+  float* part_w = static_cast<float*>(ws.ptr);
+  float* part_b = part_w + size_t(kGroups) * C;
+  layernorm_dinp_kernel<<<blocks_for(size_t(N), 8), 256, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  LOOM_CUDA_LAUNCHED();
+  layernorm_dwdb_partial_kernel<<<dim3(blocks_for(size_t(C), 128), kGroups), 128, 0, stream>>>(
+      part_w, part_b, dout, inp, mean, rstd, N, C);
+  LOOM_CUDA_LAUNCHED();
+  sum_groups_kernel<<<blocks_for(size_t(C), 128), 128, 0, stream>>>(dw, db, part_w, part_b, C);
+  LOOM_CUDA_LAUNCHED();
+}
+
+}  // namespace loom::cuda

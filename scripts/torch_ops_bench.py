@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""The yardstick for tests/bench/bench_cuda_ops: the same ops on the same shapes in PyTorch on
+the same GPU (fp32, and the attention forward also through scaled_dot_product_attention's flash
+backend in bf16, the issue's target). Prints the same columns.
+
+    python3 scripts/torch_ops_bench.py
+"""
+import torch
+import torch.nn.functional as F
+
+
+def time_ms(fn, reps=20):
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def row(op, shape, ms, nbytes=0, flops=0):
+    s = f"{op:<28} {shape:<28} {ms:9.3f} ms"
+    if nbytes:
+        s += f" {nbytes / ms / 1e6:9.1f} GB/s"
+    if flops:
+        s += f" {flops / ms / 1e9:9.2f} TFLOP/s"
+    print(s)
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 like Loom's backend
+    dev = "cuda"
+    print("device:", torch.cuda.get_device_name())
+    B, T, C, NH, Vp = 8, 1024, 768, 12, 50304
+    N = B * T
+    x = torch.randn(N, C, device=dev)
+    w, b = torch.randn(C, device=dev), torch.randn(C, device=dev)
+    row("layernorm_forward", "N 8192 x C 768", time_ms(lambda: F.layer_norm(x, (C,), w, b)), 2 * N * C * 4)
+    big = torch.randn(N, 4 * C, device=dev)
+    row("gelu_forward", "N 8192 x 4C", time_ms(lambda: F.gelu(big, approximate="tanh")), 2 * N * 4 * C * 4)
+    W = torch.randn(4 * C, C, device=dev)
+    bias = torch.randn(4 * C, device=dev)
+    row("matmul_forward (fc)", "8192x768 @ 768x3072 +bias", time_ms(lambda: F.linear(x, W, bias)), 0, 2 * N * C * 4 * C)
+    hs = C // NH
+    q, k, v = (torch.randn(B, NH, T, hs, device=dev) for _ in range(3))
+    flops = 4 * B * NH * T * T * hs / 2
+    row("attention_forward (fp32)", "B 8, NH 12, T 1024, hs 64",
+        time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), 0, flops)
+    qb, kb, vb = (t.bfloat16() for t in (q, k, v))
+    with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable_mem_efficient=False):
+        row("attention_forward (bf16 flash)", "B 8, NH 12, T 1024, hs 64",
+            time_ms(lambda: F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)), 0, flops)
+    logits = torch.randn(N, Vp, device=dev)
+    tgt = torch.randint(0, 50257, (N,), device=dev)
+    row("softmax_crossentropy", "N 8192 x Vp 50304", time_ms(lambda: F.cross_entropy(logits, tgt), 5),
+        3 * N * Vp * 4)
+    P = 124_000_000
+    p = torch.nn.Parameter(torch.randn(P, device=dev))
+    p.grad = torch.randn(P, device=dev)
+    opt = torch.optim.AdamW([p], lr=1e-4, betas=(0.9, 0.95), fused=True)
+    row("adamw_update (fused)", "124M parameters", time_ms(lambda: opt.step(), 5), 7 * P * 4)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+// Time per op of the CUDA backend on GPT-2-124M shapes (B 8, T 1024, C 768, 12 heads, vocab
+// 50304), with the achieved memory bandwidth (memory-bound ops) or FLOP rate (matmul,
+// attention). Run it next to scripts/torch_ops_bench.py (the same ops in PyTorch on the same
+// GPU) to compare:
+//   build/tests/bench_cuda_ops && python3 scripts/torch_ops_bench.py
+// fp32 throughout (this backend's precision); the H100's limits for reference: ~3.35 TB/s HBM3,
+// ~67 TFLOP/s fp32 (non-tensor-core), ~990 bf16 dense TFLOP/s.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_probe.hpp"
+
+using namespace loom;
+
+namespace {
+
+double time_ms(Backend& be, const std::function<void()>& op, int reps = 20) {
+  op();  // warm-up (and cuBLASLt heuristics)
+  be.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) op();
+  be.synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+void row(const char* op, const char* shape, double ms, double bytes, double flops) {
+  std::printf("%-28s %-28s %9.3f ms", op, shape, ms);
+  if (bytes > 0) std::printf(" %9.1f GB/s", bytes / ms / 1e6);
+  if (flops > 0) std::printf(" %9.2f TFLOP/s", flops / ms / 1e9);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main() {
+  const cuda::DeviceProbe probe = cuda::probe_devices();
+  if (probe.count == 0) {
+    std::printf("bench_cuda_ops: no usable CUDA device (%s)\n", probe.reason.c_str());
+    return 77;
+  }
+  std::printf("device: %s\n", probe.names.c_str());
+  auto be = make_cuda_backend(0);
+  Backend& g = *be;
+  const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
+  const size_t NC = size_t(N) * C;
+  float* x = g.alloc(NC);
+  float* y = g.alloc(NC);
+  float* big = g.alloc(size_t(N) * 4 * C);
+  float* big2 = g.alloc(size_t(N) * 4 * C);
+  float* w = g.alloc(size_t(4) * C * C);
+  float* dw = g.alloc(size_t(4) * C * C);
+  float* bias = g.alloc(size_t(4) * C);
+  float* mean = g.alloc(size_t(N));
+  float* rstd = g.alloc(size_t(N));
+  float* qkv = g.alloc(size_t(N) * 3 * C);
+  float* dqkv = g.alloc(size_t(N) * 3 * C);
+  float* saved = g.alloc(g.attention_saved_floats(B, T, NH));
+  float* logits = g.alloc(size_t(N) * Vp);
+  float* losses = g.alloc(size_t(N));
+  int32_t* targets = g.alloc_i32(size_t(N));
+  std::vector<float> host(size_t(N) * 3 * C);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = float((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  g.upload(qkv, host.data(), host.size());
+  g.upload(x, host.data(), NC);
+  std::vector<int32_t> tg(static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i) tg[size_t(i)] = (i * 7919) % V;
+  g.upload_i32(targets, tg.data(), tg.size());
+
+  std::printf("%-28s %-28s %12s %14s\n", "op", "shape", "time", "rate");
+  row("layernorm_forward", "N 8192 x C 768",
+      time_ms(g, [&] { g.layernorm_forward(y, mean, rstd, x, w, bias, N, C); }), 2.0 * NC * 4, 0);
+  row("layernorm_backward", "N 8192 x C 768",
+      time_ms(g, [&] { g.layernorm_backward(y, dw, bias, x, x, w, mean, rstd, N, C); }), 4.0 * NC * 4, 0);
+  row("gelu_forward", "N 8192 x 4C",
+      time_ms(g, [&] { g.gelu_forward(big2, big, size_t(N) * 4 * C); }), 2.0 * N * 4 * C * 4, 0);
+  row("gelu_backward", "N 8192 x 4C",
+      time_ms(g, [&] { g.gelu_backward(big2, big, big2, size_t(N) * 4 * C); }), 3.0 * N * 4 * C * 4, 0);
+  row("residual_forward", "N 8192 x C 768", time_ms(g, [&] { g.residual_forward(y, x, y, NC); }), 3.0 * NC * 4, 0);
+  row("matmul_forward (fc)", "8192x768 @ 768x3072 +bias",
+      time_ms(g, [&] { g.matmul_forward(big, x, w, bias, N, C, 4 * C); }), 0, 2.0 * N * C * 4 * C);
+  row("matmul_backward (fc)", "dinp, dW, dbias",
+      time_ms(g, [&] { g.matmul_backward(x, dw, bias, big, x, w, N, C, 4 * C); }), 0, 4.0 * N * C * 4 * C);
+  const double attn_flops = 4.0 * B * NH * double(T) * T * (C / NH) / 2;  // causal: half the square
+  row("attention_forward", "B 8, NH 12, T 1024, hs 64",
+      time_ms(g, [&] { g.attention_forward(y, saved, qkv, B, T, C, NH); }), 0, attn_flops);
+  row("attention_backward", "B 8, NH 12, T 1024, hs 64",
+      time_ms(g, [&] { g.attention_backward(dqkv, x, qkv, y, saved, B, T, C, NH); }), 0, 2.5 * attn_flops);
+  row("softmax_crossentropy+grad", "N 8192 x Vp 50304",
+      time_ms(g, [&] { g.softmax_crossentropy(losses, logits, targets, N, V, Vp, 1.0f / N, true); }, 5),
+      3.0 * N * double(Vp) * 4, 0);
+  const size_t P = 124000000;
+  float* p = g.alloc(P);
+  float* pg = g.alloc(P);
+  float* pm = g.alloc(P);
+  float* pv = g.alloc(P);
+  row("adamw_update", "124M parameters",
+      time_ms(g, [&] { g.adamw_update(p, pg, pm, pv, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10); }, 5), 7.0 * P * 4, 0);
+  row("sum_squares (grad norm)", "124M floats", time_ms(g, [&] { g.sum_squares(pg, P); }, 5), 1.0 * P * 4, 0);
+  return 0;
+}

@@ -1,0 +1,269 @@
+// Every op of the CUDA backend against the CPU reference backend on the same inputs, on odd
+// shapes (sizes that are not multiples of a warp, a block or a tile). Outputs sit between guard
+// regions that must come back untouched (out-of-bounds writes), and every output is checked
+// for NaN/Inf. Needs only the CUDA toolkit, Eigen and Catch2. Without a usable device the whole
+// binary reports itself skipped (exit 77, CTest's SKIP_RETURN_CODE).
+//
+// Tolerance: both backends compute in fp32 but sum in different orders (blocked/tree reductions
+// on the GPU, Eigen/OpenBLAS blocking on the CPU). For a sum of K terms the difference is bounded
+// by ~K * eps * sum|terms| in the worst case and ~sqrt(K) * eps typically; with K <= ~1000 and
+// eps = 6e-8 that is < 1e-4 relative to the magnitude of the terms, which is the bound used
+// (kTol, relative to max(1, |reference|)). Exponentials (softmax, attention) add a few ulps.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_probe.hpp"
+
+using namespace loom;
+
+namespace {
+
+constexpr float kTol = 1e-4f;
+constexpr size_t kGuard = 64;
+constexpr float kSentinel = 1234.5f;
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u1 = ((s >> 11) + 1) * (1.0 / 9007199254740993.0);
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double u2 = (s >> 11) * (1.0 / 9007199254740992.0);
+    x = float(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2)) * scale;
+  }
+  return v;
+}
+
+// A buffer on both backends with the same contents, the device copy between guard regions.
+struct Pair {
+  Backend& cpu;
+  Backend& gpu;
+  size_t n;
+  float* c;
+  float* g_base;
+  float* g;
+  Pair(Backend& cpu_, Backend& gpu_, const std::vector<float>& init) : cpu(cpu_), gpu(gpu_), n(init.size()) {
+    c = cpu.alloc(n);
+    cpu.upload(c, init.data(), n);
+    g_base = gpu.alloc(n + 2 * kGuard);
+    std::vector<float> guarded(n + 2 * kGuard, kSentinel);
+    std::copy(init.begin(), init.end(), guarded.begin() + kGuard);
+    gpu.upload(g_base, guarded.data(), guarded.size());
+    g = g_base + kGuard;
+  }
+  ~Pair() {
+    cpu.release(c);
+    gpu.release(g_base);
+  }
+  // The device result equals the CPU one within kTol, is finite, and the guards are intact.
+  void check(const char* what, float tol = kTol) const {
+    std::vector<float> host(n + 2 * kGuard), ref(n);
+    gpu.download(host.data(), g_base, host.size());
+    cpu.download(ref.data(), c, n);
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float x = host[kGuard + i], r = ref[i];
+      const double err = std::fabs(double(x) - r) / std::max(1.0, std::fabs(double(r)));
+      worst = std::max(worst, err);
+      if (!std::isfinite(x) || err > tol) ++bad;
+    }
+    for (size_t i = 0; i < kGuard; ++i) {
+      INFO(what << ": guard element " << i << " overwritten");
+      CHECK(host[i] == kSentinel);
+      CHECK(host[kGuard + n + i] == kSentinel);
+    }
+    INFO(what << ": " << bad << " of " << n << " elements differ (worst relative error " << worst << ")");
+    CHECK(bad == 0);
+  }
+};
+
+struct IntPair {
+  Backend& cpu;
+  Backend& gpu;
+  int32_t* c;
+  int32_t* g;
+  IntPair(Backend& cpu_, Backend& gpu_, const std::vector<int32_t>& v) : cpu(cpu_), gpu(gpu_) {
+    c = cpu.alloc_i32(v.size());
+    g = gpu.alloc_i32(v.size());
+    cpu.upload_i32(c, v.data(), v.size());
+    gpu.upload_i32(g, v.data(), v.size());
+  }
+  ~IntPair() {
+    cpu.release(c);
+    gpu.release(g);
+  }
+};
+
+std::unique_ptr<Backend> g_cpu, g_gpu;
+
+}  // namespace
+
+TEST_CASE("CUDA encoder forward/backward (vocab-parallel slice, repeated tokens)") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (auto [B, T, C, V, start, rows] : {std::tuple{3, 7, 37, 50, 0, 50}, std::tuple{2, 33, 96, 300, 128, 100}}) {
+    std::vector<int32_t> tok(size_t(B) * T);
+    for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7919 + 13) % size_t(V)) % (i % 3 ? V : 5);
+    IntPair tokens(cpu, gpu, tok);
+    Pair wte(cpu, gpu, randn(size_t(rows) * C, 1)), wpe(cpu, gpu, randn(size_t(T) * C, 2));
+    Pair out(cpu, gpu, std::vector<float>(size_t(B) * T * C, 0));
+    cpu.encoder_forward(out.c, tokens.c, wte.c, wpe.c, B, T, C, start, rows);
+    gpu.encoder_forward(out.g, tokens.g, wte.g, wpe.g, B, T, C, start, rows);
+    out.check("encoder_forward");
+    Pair dout(cpu, gpu, randn(size_t(B) * T * C, 3));
+    Pair dwte(cpu, gpu, randn(size_t(rows) * C, 4)), dwpe(cpu, gpu, randn(size_t(T) * C, 5));  // accumulated into
+    cpu.encoder_backward(dwte.c, dwpe.c, dout.c, tokens.c, B, T, C, start, rows);
+    gpu.encoder_backward(dwte.g, dwpe.g, dout.g, tokens.g, B, T, C, start, rows);
+    dwte.check("encoder_backward dwte");
+    dwpe.check("encoder_backward dwpe");
+  }
+}
+
+TEST_CASE("CUDA layernorm forward/backward") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (auto [N, C] : {std::pair{17, 45}, std::pair{130, 768}}) {
+    Pair inp(cpu, gpu, randn(size_t(N) * C, 10, 2.0f)), w(cpu, gpu, randn(size_t(C), 11)), b(cpu, gpu, randn(size_t(C), 12));
+    Pair out(cpu, gpu, std::vector<float>(size_t(N) * C)), mean(cpu, gpu, std::vector<float>(size_t(N))),
+        rstd(cpu, gpu, std::vector<float>(size_t(N)));
+    cpu.layernorm_forward(out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
+    gpu.layernorm_forward(out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
+    out.check("layernorm_forward out");
+    mean.check("layernorm_forward mean");
+    rstd.check("layernorm_forward rstd");
+    Pair dout(cpu, gpu, randn(size_t(N) * C, 13)), dinp(cpu, gpu, randn(size_t(N) * C, 14));
+    Pair dw(cpu, gpu, randn(size_t(C), 15)), db(cpu, gpu, randn(size_t(C), 16));
+    cpu.layernorm_backward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N, C);
+    gpu.layernorm_backward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N, C);
+    dinp.check("layernorm_backward dinp (accumulated)");
+    dw.check("layernorm_backward dw");
+    db.check("layernorm_backward db");
+  }
+}
+
+TEST_CASE("CUDA matmul forward/backward through cuBLASLt, with and without bias") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (auto [N, C, OC] : {std::tuple{19, 33, 47}, std::tuple{128, 96, 288}, std::tuple{5, 1, 3}}) {
+    for (bool with_bias : {true, false}) {
+      Pair inp(cpu, gpu, randn(size_t(N) * C, 20)), w(cpu, gpu, randn(size_t(OC) * C, 21, 0.1f)),
+          bias(cpu, gpu, randn(size_t(OC), 22));
+      Pair out(cpu, gpu, std::vector<float>(size_t(N) * OC));
+      cpu.matmul_forward(out.c, inp.c, w.c, with_bias ? bias.c : nullptr, N, C, OC);
+      gpu.matmul_forward(out.g, inp.g, w.g, with_bias ? bias.g : nullptr, N, C, OC);
+      out.check("matmul_forward");
+      Pair dout(cpu, gpu, randn(size_t(N) * OC, 23)), dinp(cpu, gpu, std::vector<float>(size_t(N) * C));
+      Pair dw(cpu, gpu, randn(size_t(OC) * C, 24)), dbias(cpu, gpu, randn(size_t(OC), 25));
+      cpu.matmul_backward(dinp.c, dw.c, with_bias ? dbias.c : nullptr, dout.c, inp.c, w.c, N, C, OC);
+      gpu.matmul_backward(dinp.g, dw.g, with_bias ? dbias.g : nullptr, dout.g, inp.g, w.g, N, C, OC);
+      dinp.check("matmul_backward dinp");
+      dw.check("matmul_backward dw (accumulated)");
+      dbias.check("matmul_backward dbias (accumulated)");
+    }
+  }
+}
+
+TEST_CASE("CUDA fused causal attention forward/backward") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (auto [B, T, C, NH] : {std::tuple{2, 13, 48, 3}, std::tuple{1, 65, 128, 2}, std::tuple{3, 1, 40, 5}}) {
+    Pair qkv(cpu, gpu, randn(size_t(B) * T * 3 * C, 30));
+    Pair out(cpu, gpu, std::vector<float>(size_t(B) * T * C));
+    std::vector<float> saved_c_init(cpu.attention_saved_floats(B, T, NH)), saved_g_init(gpu.attention_saved_floats(B, T, NH));
+    float* saved_c = cpu.alloc(saved_c_init.size() + 1);
+    float* saved_g = gpu.alloc(saved_g_init.size() + 1);
+    cpu.attention_forward(out.c, saved_c, qkv.c, B, T, C, NH);
+    gpu.attention_forward(out.g, saved_g, qkv.g, B, T, C, NH);
+    out.check("attention_forward");
+    Pair dout(cpu, gpu, randn(size_t(B) * T * C, 31)), dqkv(cpu, gpu, randn(size_t(B) * T * 3 * C, 32));
+    cpu.attention_backward(dqkv.c, dout.c, qkv.c, out.c, saved_c, B, T, C, NH);
+    gpu.attention_backward(dqkv.g, dout.g, qkv.g, out.g, saved_g, B, T, C, NH);
+    dqkv.check("attention_backward dqkv (overwritten)");
+    cpu.release(saved_c);
+    gpu.release(saved_g);
+  }
+}
+
+TEST_CASE("CUDA elementwise: GELU, residual, scale, AdamW") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  const size_t n = 100003;
+  Pair x(cpu, gpu, randn(n, 40, 3.0f)), y(cpu, gpu, randn(n, 41)), out(cpu, gpu, std::vector<float>(n));
+  cpu.gelu_forward(out.c, x.c, n);
+  gpu.gelu_forward(out.g, x.g, n);
+  out.check("gelu_forward");
+  Pair d(cpu, gpu, randn(n, 42));
+  cpu.gelu_backward(d.c, x.c, d.c, n);  // in place, as the model uses it
+  gpu.gelu_backward(d.g, x.g, d.g, n);
+  d.check("gelu_backward (in place)");
+  cpu.residual_forward(out.c, x.c, y.c, n);
+  gpu.residual_forward(out.g, x.g, y.g, n);
+  out.check("residual_forward");
+  cpu.scale(y.c, n, 0.37f);
+  gpu.scale(y.g, n, 0.37f);
+  y.check("scale");
+  Pair p(cpu, gpu, randn(n, 43)), g(cpu, gpu, randn(n, 44)), m(cpu, gpu, randn(n, 45, 0.1f)),
+      v(cpu, gpu, std::vector<float>(n, 0.01f));
+  for (int64_t t = 1; t <= 3; ++t) {
+    cpu.adamw_update(p.c, g.c, m.c, v.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    gpu.adamw_update(p.g, g.g, m.g, v.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+  }
+  p.check("adamw param");
+  m.check("adamw m");
+  v.check("adamw v");
+}
+
+TEST_CASE("CUDA fused softmax cross-entropy, whole and vocab-parallel, padding aware") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  const int N = 9, V = 101, Vp = 128;
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[size_t(i)] = (i * 37 + 5) % V;
+  IntPair targets(cpu, gpu, tgt);
+  Pair logits(cpu, gpu, randn(size_t(N) * Vp, 50, 4.0f)), losses(cpu, gpu, std::vector<float>(N));
+  cpu.softmax_crossentropy(losses.c, logits.c, targets.c, N, V, Vp, 0.25f, true);
+  gpu.softmax_crossentropy(losses.g, logits.g, targets.g, N, V, Vp, 0.25f, true);
+  losses.check("softmax_crossentropy losses");
+  logits.check("softmax_crossentropy dlogits (padding zero)");
+  // Vocab-parallel: this rank holds columns [64, 128) of which 37 are real (101 - 64).
+  const int Vl = 64, start = 64, v_real = V - start;
+  Pair local(cpu, gpu, randn(size_t(N) * Vl, 51, 4.0f)), maxes(cpu, gpu, std::vector<float>(N)),
+      partials(cpu, gpu, std::vector<float>(2 * N)), l2(cpu, gpu, std::vector<float>(N));
+  cpu.crossentropy_max(maxes.c, local.c, N, Vl, v_real);
+  gpu.crossentropy_max(maxes.g, local.g, N, Vl, v_real);
+  maxes.check("crossentropy_max");
+  cpu.crossentropy_partials(partials.c, local.c, maxes.c, targets.c, N, Vl, v_real, start);
+  gpu.crossentropy_partials(partials.g, local.g, maxes.g, targets.g, N, Vl, v_real, start);
+  partials.check("crossentropy_partials");
+  cpu.crossentropy_finish(l2.c, local.c, maxes.c, partials.c, targets.c, N, Vl, v_real, start, 0.5f, true);
+  gpu.crossentropy_finish(l2.g, local.g, maxes.g, partials.g, targets.g, N, Vl, v_real, start, 0.5f, true);
+  l2.check("crossentropy_finish losses");
+  local.check("crossentropy_finish dlogits");
+}
+
+TEST_CASE("CUDA reductions are deterministic and match the CPU") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (size_t n : {size_t(1), size_t(1000), size_t(3000017)}) {
+    Pair x(cpu, gpu, randn(n, 60));
+    const double a = gpu.sum_squares(x.g, n), b = gpu.sum_squares(x.g, n);
+    CHECK(a == b);  // bitwise, run to run
+    CHECK(std::fabs(a - cpu.sum_squares(x.c, n)) <= 1e-9 * std::max(1.0, a));  // double accumulation
+    CHECK(std::fabs(gpu.sum(x.g, n) - cpu.sum(x.c, n)) <= 1e-9 * std::max(1.0, a));
+  }
+}
+
+int main(int argc, char** argv) {
+  const cuda::DeviceProbe probe = cuda::probe_devices();
+  if (probe.count == 0) {
+    std::printf("SKIPPED: no usable CUDA device (%s): the CUDA ops were compiled but not run\n", probe.reason.c_str());
+    return 77;
+  }
+  g_cpu = make_cpu_backend();
+  g_gpu = make_cuda_backend(0);
+  const int rc = Catch::Session().run(argc, argv);
+  g_gpu.reset();
+  g_cpu.reset();
+  return rc;
+}
