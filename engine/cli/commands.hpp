@@ -29,6 +29,16 @@ struct CommBenchArgs {
 int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv);
 int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv);
 
+struct PlanArgs {
+  RecipeArgs recipe;
+  int nodes = 1, per_node = 1;
+  std::string gpu = "cpu";
+  bool search = false;
+  int top = 20;
+};
+// Exit status 0; 3 if the recipe's layout does not fit in memory; 2 on bad input.
+int cmd_plan(const PlanArgs& a);
+
 // This process's rank as the launcher (mpirun, srun) announces it before MPI starts, so that
 // argument errors are printed by one rank only. 0 when not launched by one.
 int launcher_rank();

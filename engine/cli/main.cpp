@@ -53,6 +53,19 @@ int main(int argc, char** argv) {
   std::string ckpt_dir;
   inspect->add_option("dir", ckpt_dir, "a checkpoint directory, or a checkpoint.dir (its newest)")->required();
 
+  PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand("plan", "predict memory, FLOPs, communication and step time; --search layouts");
+  add_recipe(plan, plan_args.recipe);
+  plan->add_option("--nodes", plan_args.nodes, "nodes")->capture_default_str()->check(CLI::Range(1, 100000));
+  plan->add_option("--gpus-per-node", plan_args.per_node, "GPUs (ranks) per node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  plan->add_option("--gpu", plan_args.gpu, "device: cpu (this kind of machine), a100-40g, a100-80g, h100-80g")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "a100-40g", "a100-80g", "h100-80g"}));
+  plan->add_flag("--search", plan_args.search, "rank every valid (tp, pp, dp, micro_batch, zero) by predicted tokens/s");
+  plan->add_option("--top", plan_args.top, "rows of the --search table")->capture_default_str();
+
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate), comm (collectives)");
   bench->require_subcommand(1);
   CLI::App* gemm = bench->add_subcommand("gemm", "measure sgemm GFLOP/s on this machine (the CPU MFU peak)");
@@ -95,6 +108,7 @@ int main(int argc, char** argv) {
   if (*prep) return cmd_prep(prep_opts);
   if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
   if (*inspect) return cmd_ckpt_inspect(ckpt_dir, &argc, &argv);
+  if (*plan) return cmd_plan(plan_args);
   std::printf("%s", app.help().c_str());
   return 0;
 }

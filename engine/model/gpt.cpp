@@ -1,7 +1,10 @@
 #include "engine/model/gpt.hpp"
 
+#include "engine/model/gpt_memory.hpp"
+
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace loom {
 
@@ -95,6 +98,12 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
   datty_ = alloc(N * Ct);
   dqkv_ = alloc(N * 3 * Ct);
   dfch_ = alloc(N * 4 * Ct);
+  // `loom plan` predicts memory from gpt_activation_floats: it must describe exactly this.
+  const GptActivationFloats expect = gpt_activation_floats(
+      shape, B_, tp.size, stage_.n_layers, stage_.last, slots, be_.attention_saved_floats(B_, shape.seq_len, NHt_));
+  if (expect.total(slots) != act_floats_)
+    throw std::logic_error("gpt_activation_floats (" + std::to_string(expect.total(slots)) +
+                           ") disagrees with the model's allocations (" + std::to_string(act_floats_) + ")");
 }
 
 Gpt::~Gpt() {

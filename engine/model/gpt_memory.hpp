@@ -1,0 +1,37 @@
+#pragma once
+// How many floats the model allocates on a rank, as a pure function of the shape and layout:
+// what `loom plan` predicts memory from. Gpt's constructor checks that what it really allocated
+// equals this (so the two cannot drift apart).
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/model/gpt_shape.hpp"
+
+namespace loom {
+
+struct GptActivationFloats {
+  size_t per_slot = 0;  // one micro-batch's saved activations (a pipeline stage keeps `slots`)
+  size_t shared = 0;    // gradient scratch and loss buffers, one set per rank
+  size_t ints = 0;      // token and target ids (int32), all slots
+  size_t total(int slots) const { return per_slot * size_t(slots) + shared; }
+};
+
+// `attention_saved` is the backend's attention_saved_floats(B, T, NH / tp) (CPU: the softmax
+// probabilities B*NH*T*T; CUDA: the log-sum-exp, B*NH*T).
+inline GptActivationFloats gpt_activation_floats(const GptShape& s, int micro_batch, int tp, int stage_layers,
+                                                 bool last_stage, int slots, size_t attention_saved) {
+  const size_t N = size_t(micro_batch) * s.seq_len, C = size_t(s.d_model), Ct = C / size_t(tp);
+  const size_t Vt = size_t(s.vocab_pad) / size_t(tp);
+  GptActivationFloats a;
+  const size_t per_layer = N * C /*ln1*/ + 2 * N /*ln1 mean, rstd*/ + N * 3 * Ct /*qkv*/ + N * Ct /*atty*/ +
+                           attention_saved + N * C /*res2*/ + N * C /*ln2*/ + 2 * N + N * 4 * Ct /*fch*/ +
+                           N * 4 * Ct /*gelu*/ + N * C /*res3*/;
+  a.per_slot = N * C /*input*/ + size_t(stage_layers) * per_layer;
+  if (last_stage) a.per_slot += N * C /*lnf*/ + 2 * N + N * Vt /*logits*/;
+  a.shared = N /*losses*/ + N /*ce max*/ + 2 * N /*ce partials*/ + N * C /*proj scratch*/ + 3 * N * C /*dresidual,
+              dln, dout*/ + N * Ct /*datty*/ + N * 3 * Ct /*dqkv*/ + N * 4 * Ct /*dfch*/;
+  a.ints = 2 * N * size_t(slots);
+  return a;
+}
+
+}  // namespace loom

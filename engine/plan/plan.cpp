@@ -1,0 +1,272 @@
+#include "engine/plan/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "engine/model/gpt_memory.hpp"
+#include "engine/model/param_table.hpp"
+#include "kernels/backend.hpp"
+#include "parallel/pipeline_schedule.hpp"
+
+namespace loom {
+namespace {
+
+constexpr double MB = 1024.0 * 1024.0;
+
+// Ring collective over k ranks of `bytes` each: all-reduce moves 2(k-1)/k of the data, with
+// 2(k-1) latency steps (reduce-scatter + all-gather).
+double all_reduce_s(double bytes, int k, double gbs, double alpha_us) {
+  if (k <= 1) return 0;
+  return 2.0 * (k - 1) * alpha_us * 1e-6 + 2.0 * (k - 1) / k * bytes / (gbs * 1e9);
+}
+
+// A group of `size` ranks `stride` apart (Megatron order: tp fastest, then dp, then pp) stays
+// inside a node when it spans no more than a node's ranks.
+bool intra_node(int size, int stride, int per_node) { return size <= 1 || size * stride <= per_node; }
+
+}  // namespace
+
+std::vector<std::string> device_names() { return {"cpu", "a100-40g", "a100-80g", "h100-80g"}; }
+
+DeviceSpec device_spec(const std::string& name) {
+  DeviceSpec d;
+  d.name = name;
+  if (name == "cpu") {
+    // This kind of machine (docs/plan.md): the node's sgemm rate measured now (512^3, the size
+    // of the model's matmuls), the training step's share of it (0.85, calibrated on one 1-rank
+    // run of tests/cli/plan_matches_runs.sh; the other layouts there are out of sample), the
+    // process baseline (MPI, OpenBLAS, OpenMP: 62 MB measured), and
+    // Open MPI's shared-memory collectives (loom bench comm: ~3 us, ~5 GB/s bus bandwidth).
+    d.cpu = true;
+    d.memory_gb = 24;
+    d.fp32_flops = measure_sgemm_flops(512, 12);  // best of 12: robust to a busy moment
+    d.efficiency = 0.85;
+    d.half_rows = 32;
+    d.runtime_mb = 62;
+    d.intra_gbs = 5;
+    d.intra_alpha_us = 3;
+    d.inter_gbs = 1;
+    d.inter_alpha_us = 20;
+    return d;
+  }
+  // Datasheet rates (fp32 without tensor cores, as Loom's present CUDA backend; bf16 dense
+  // tensor-core), NVLink/NVSwitch and 1 NIC per GPU (HDR 200 Gb/s on A100 nodes, NDR 400 Gb/s on H100),
+  // with achievable bus bandwidths as NCCL reports them; CUDA context + cuBLASLt + NCCL ~1 GB.
+  d.efficiency = 0.5;
+  d.half_rows = 512;
+  d.runtime_mb = 1024;
+  if (name == "a100-40g" || name == "a100-80g") {
+    d.memory_gb = name == "a100-40g" ? 40 : 80;
+    d.fp32_flops = 19.5e12;
+    d.bf16_flops = 312e12;
+    d.intra_gbs = 230;
+    d.intra_alpha_us = 10;
+    d.inter_gbs = 22;
+    d.inter_alpha_us = 20;
+  } else if (name == "h100-80g") {
+    d.memory_gb = 80;
+    d.fp32_flops = 67e12;
+    d.bf16_flops = 989e12;
+    d.intra_gbs = 360;
+    d.intra_alpha_us = 8;
+    d.inter_gbs = 45;
+    d.inter_alpha_us = 15;
+  } else {
+    std::string known;
+    for (const auto& n : device_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::runtime_error("--gpu " + name + ": unknown device (expected one of " + known + ")");
+  }
+  return d;
+}
+
+Prediction predict(const Recipe& r, const Cluster& cl) {
+  const auto& m = r.model;
+  const int tp = r.parallel.tp, pp = r.parallel.pp;
+  const int world = cl.world();
+  if (world % (tp * pp) != 0)
+    throw std::runtime_error("parallel.tp x parallel.pp = " + std::to_string(tp * pp) + " does not divide the " +
+                             std::to_string(world) + " ranks of the cluster");
+  const int dp = world / (tp * pp);
+  if (m.n_head % tp != 0) throw std::runtime_error("parallel.tp=" + std::to_string(tp) + " must divide model.n_head");
+  if (m.n_layer % pp != 0 && r.parallel.pp_layers == "auto")
+    throw std::runtime_error("parallel.pp=" + std::to_string(pp) + " must divide model.n_layer");
+  const int B = r.train.micro_batch, T = m.seq_len;
+  const int global = r.train.global_batch > 0 ? r.train.global_batch : B * dp;
+  if (global % (B * dp) != 0)
+    throw std::runtime_error("train.global_batch=" + std::to_string(global) + " is not a multiple of micro_batch x dp = " +
+                             std::to_string(B * dp));
+  const int accum = global / (B * dp);
+  const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
+  const bool bf16 = r.train.precision != "fp32";
+  const double act_bytes = bf16 ? 2 : 4;
+
+  Prediction p;
+  p.tp = tp;
+  p.pp = pp;
+  p.dp = dp;
+  p.micro_batch = B;
+  p.zero = r.parallel.zero;
+  p.grad_accum = accum;
+  // Memory: the largest over the pipeline stages.
+  Recipe staged = r;
+  staged.parallel.dp = dp;
+  const std::vector<int> layers = staged.stage_layers();
+  size_t largest_params = 0;
+  for (int s = 0, first = 0; s < pp; first += layers[size_t(s)], ++s) {
+    const StageSpec spec{first, layers[size_t(s)], s == 0, s == pp - 1};
+    const ParamTable table = gpt_param_table(shape, 0, tp, spec);
+    const double P = double(table.total());
+    largest_params = std::max(largest_params, table.total());
+    const int in_flight = parallel::pipeline_in_flight(s, pp, accum);
+    const size_t att_saved = cl.device.cpu ? size_t(B) * (m.n_head / tp) * T * T : size_t(B) * (m.n_head / tp) * T;
+    const GptActivationFloats a =
+        gpt_activation_floats(shape, B, tp, spec.n_layers, spec.last, in_flight, att_saved);
+    MemoryBreakdown mem;
+    mem.stage = s;
+    mem.in_flight = in_flight;
+    mem.params = P * (bf16 ? 2 : 4) / MB;
+    mem.grads = P * 4 / MB;
+    const double owned = r.parallel.zero == 1 ? P / dp : P;
+    // Adam m and v (fp32), the fp32 master copy under bf16, and ZeRO-1's reduce-scatter shard.
+    mem.optimizer = owned * (8 + (bf16 ? 4 : 0)) / MB;
+    mem.comm_buffers = (r.parallel.zero == 1 ? owned * 4 : 0) / MB;
+    mem.activations = (double(a.total(in_flight)) * act_bytes + double(a.ints) * 4) / MB;
+    mem.workspace = cl.device.cpu ? 0 : 32;  // cuBLASLt
+    // Host staging: the initial parameters (a full copy while the optimizer is allocated), or a
+    // checkpoint's snapshot of parameters and both moments (kept between saves), whichever is
+    // larger; on GPUs it is host memory, not device memory.
+    const double staging = (r.checkpoint.dir.empty() ? 4.0 : 12.0) * P / MB;
+    mem.staging = cl.device.cpu ? staging : 0;
+    mem.runtime = cl.device.runtime_mb;
+    if (mem.total() > p.memory.total()) p.memory = mem;
+  }
+  const double capacity_mb = cl.device.memory_gb * 1024 / (cl.device.cpu ? cl.per_node : 1);
+  p.fits = p.memory.total() <= capacity_mb * 0.95;
+
+  // Time. Compute: the model FLOPs of the step, shared by all ranks; a rank's rate is its
+  // device's (CPU: its share of the node's cores).
+  const double tokens = double(global) * T;
+  p.flops_per_step = shape.flops_per_token() * tokens;
+  // Small matmuls run below the device's rate: efficiency halves at half_rows rows.
+  const double peak = bf16 && cl.device.bf16_flops > 0 ? cl.device.bf16_flops : cl.device.fp32_flops;
+  const double rows = double(B) * T;
+  const double rate = peak * cl.device.efficiency * rows / (rows + cl.device.half_rows) / (cl.device.cpu ? cl.per_node : 1);
+  const double per_micro = shape.flops_per_token() * double(B) * T / (tp * pp) / rate;
+  p.compute_s = per_micro * accum;
+  p.bubble_s = per_micro * (pp - 1);  // 1F1B: (pp - 1) micro-batch slots idle per step
+  const int Ls = (m.n_layer + pp - 1) / pp;
+  const double act_msg = double(B) * T * m.d_model * act_bytes;
+  const bool tp_in = intra_node(tp, 1, cl.per_node), dp_in = intra_node(dp, tp, cl.per_node),
+             pp_in = intra_node(pp, tp * dp, cl.per_node);
+  auto bw = [&](bool in) { return in ? cl.device.intra_gbs : cl.device.inter_gbs; };
+  auto al = [&](bool in) { return in ? cl.device.intra_alpha_us : cl.device.inter_alpha_us; };
+  // Tensor parallelism: two all-reduces per layer forward, two backward, per micro-batch (not
+  // overlapped); the vocab-parallel loss adds three small ones.
+  p.tp_comm_s = tp > 1 ? accum * 4.0 * Ls * all_reduce_s(act_msg, tp, bw(tp_in), al(tp_in)) : 0;
+  p.tp_bytes = tp > 1 ? accum * 4.0 * Ls * 2.0 * (tp - 1) / tp * act_msg : 0;
+  // Pipeline: one activation forward and one gradient backward per micro-batch per boundary.
+  p.pp_comm_s = pp > 1 ? accum * 2.0 * (al(pp_in) * 1e-6 + act_msg / (bw(pp_in) * 1e9)) : 0;
+  p.pp_bytes = pp > 1 ? accum * 2.0 * act_msg : 0;
+  // Data parallelism: the gradients all-reduced (ZeRO-1: reduce-scattered, then the parameters
+  // all-gathered: the same volume), overlapped with the last micro-batch's backward (2/3 of its
+  // compute); what does not fit behind it is exposed.
+  const double grad_bytes = double(largest_params) * 4;
+  const double dp_s = all_reduce_s(grad_bytes, dp, bw(dp_in), al(dp_in));
+  p.dp_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * grad_bytes : 0;
+  p.dp_comm_exposed_s = r.parallel.overlap_grad_reduce ? std::max(0.0, dp_s - per_micro * 2.0 / 3.0) : dp_s;
+  p.step_s = p.compute_s + p.bubble_s + p.tp_comm_s + p.pp_comm_s + p.dp_comm_exposed_s;
+  p.tokens_per_s = tokens / p.step_s;
+  p.mfu = p.flops_per_step / p.step_s / (peak * (cl.device.cpu ? cl.nodes : world));
+  return p;
+}
+
+std::vector<Prediction> search(const Recipe& r, const Cluster& cl) {
+  std::vector<Prediction> out;
+  const int world = cl.world();
+  const int global = r.train.global_batch > 0 ? r.train.global_batch : r.train.micro_batch * world;
+  for (int tp = 1; tp <= std::min(cl.per_node, r.model.n_head); ++tp) {
+    if (r.model.n_head % tp || world % tp) continue;
+    for (int pp = 1; pp <= r.model.n_layer; ++pp) {
+      if (r.model.n_layer % pp || world % (tp * pp)) continue;
+      const int dp = world / (tp * pp);
+      for (int mb = 1; mb <= global / dp; ++mb) {
+        if (global % (mb * dp)) continue;
+        for (int zero : {0, 1}) {
+          if (zero == 1 && dp == 1) continue;
+          Recipe c = r;
+          c.parallel.tp = tp;
+          c.parallel.pp = pp;
+          c.parallel.dp = dp;
+          c.parallel.pp_layers = "auto";
+          c.parallel.zero = zero;
+          c.train.micro_batch = mb;
+          c.train.global_batch = global;
+          try {
+            out.push_back(predict(c, cl));
+          } catch (const std::exception&) {
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+    return a.memory.total() < b.memory.total();
+  });
+  return out;
+}
+
+std::string format_prediction(const Recipe& r, const Cluster& c, const Prediction& p) {
+  char b[4096];
+  std::ostringstream os;
+  std::snprintf(b, sizeof b,
+                "plan: %d layers, d_model %d, %d heads, seq %d, vocab %d | %d node(s) x %d %s = %d ranks\n"
+                "layout: tp %d x pp %d x dp %d, micro-batch %d x %d accumulation steps = global batch %d, zero %d, "
+                "precision %s\n",
+                r.model.n_layer, r.model.d_model, r.model.n_head, r.model.seq_len, r.model.vocab_size, c.nodes,
+                c.per_node, c.device.name.c_str(), c.world(), p.tp, p.pp, p.dp, p.micro_batch, p.grad_accum,
+                p.micro_batch * p.grad_accum * p.dp, p.zero, r.train.precision.c_str());
+  os << b;
+  const MemoryBreakdown& m = p.memory;
+  std::snprintf(b, sizeof b,
+                "memory per rank (largest: pipeline stage %d, %d micro-batch(es) in flight), MB:\n"
+                "  parameters %.1f | gradients %.1f | optimizer state %.1f | activations %.1f | comm buffers %.1f | "
+                "workspace %.1f | host staging %.1f | runtime %.1f\n"
+                "  total %.1f MB of %.1f GB per %s: %s\n",
+                m.stage, m.in_flight, m.params, m.grads, m.optimizer, m.activations, m.comm_buffers, m.workspace,
+                m.staging, m.runtime, m.total(), c.device.memory_gb, c.device.cpu ? "node" : "device",
+                p.fits ? "fits" : "DOES NOT FIT");
+  os << b;
+  std::snprintf(b, sizeof b,
+                "step: %.3g model FLOPs | compute %.1f ms, pipeline bubble %.1f ms, tp comm %.1f ms (%.1f MB), pp comm "
+                "%.1f ms (%.1f MB), dp comm exposed %.1f ms (%.1f MB per rank)\n"
+                "predicted: %.1f ms per step, %.0f tokens/s, MFU %.1f%%\n",
+                p.flops_per_step, p.compute_s * 1e3, p.bubble_s * 1e3, p.tp_comm_s * 1e3, p.tp_bytes / 1e6,
+                p.pp_comm_s * 1e3, p.pp_bytes / 1e6, p.dp_comm_exposed_s * 1e3, p.dp_bytes / 1e6, p.step_s * 1e3,
+                p.tokens_per_s, 100 * p.mfu);
+  os << b;
+  return os.str();
+}
+
+std::string format_search(const std::vector<Prediction>& all, size_t top) {
+  std::ostringstream os;
+  char b[512];
+  std::snprintf(b, sizeof b, "%4s %3s %3s %4s %5s %5s %4s %10s %10s %8s %6s  %s\n", "rank", "tp", "pp", "dp", "micro",
+                "accum", "zero", "mem MB", "step ms", "tok/s", "MFU%", "fits");
+  os << b;
+  for (size_t i = 0; i < all.size() && i < top; ++i) {
+    const Prediction& p = all[i];
+    std::snprintf(b, sizeof b, "%4zu %3d %3d %4d %5d %5d %4d %10.1f %10.1f %8.0f %6.1f  %s\n", i + 1, p.tp, p.pp, p.dp,
+                  p.micro_batch, p.grad_accum, p.zero, p.memory.total(), p.step_s * 1e3, p.tokens_per_s, 100 * p.mfu,
+                  p.fits ? "yes" : "no");
+    os << b;
+  }
+  if (all.size() > top) os << "(" << all.size() - top << " more; --top N shows more)\n";
+  return os.str();
+}
+
+}  // namespace loom
