@@ -29,9 +29,10 @@ __device__ const float* q_row(const float* qkv, int b, int t, int h, int T, int 
 }
 
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp >= B * NH * T) return;
-  const int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= size_t(B) * NH * T) return;
+  const int i = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const float* q = q_row(qkv, b, i, h, T, C, hs);
@@ -71,9 +72,10 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
 // D (B, NH, T) = dO . O per row.
 __global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int C,
                                        int NH) {
-  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp >= B * NH * T) return;
-  const int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= size_t(B) * NH * T) return;
+  const int i = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
   const int hs = C / NH;
   const size_t off = (size_t(b) * T + i) * C + size_t(h) * hs;
   float s = 0;
@@ -84,9 +86,10 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
 
 __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                     const float* delta, int B, int T, int C, int NH) {
-  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp >= B * NH * T) return;
-  const int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= size_t(B) * NH * T) return;
+  const int i = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const size_t row = (size_t(b) * NH + h) * T + i;
@@ -128,9 +131,10 @@ __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float*
 
 __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                      const float* delta, int B, int T, int C, int NH) {
-  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp >= B * NH * T) return;
-  const int j = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
+  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= size_t(B) * NH * T) return;
+  const int j = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const float* k = q_row(qkv, b, j, h, T, C, hs) + C;

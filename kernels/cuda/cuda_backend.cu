@@ -19,9 +19,9 @@ class CudaBackend final : public Backend {
     LOOM_CUDA_CHECK(cublasLtCreate(&lt_));
     cudaDeviceProp prop{};
     LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    name_ = std::string("cuda (") + prop.name + ")";
-    sm_major_ = prop.major;
     sms_ = prop.multiProcessorCount;
+    // FP32 lanes per SM: 64 on sm_70 and sm_80 (V100, A100), 128 on sm_86 and later (H100).
+    fp32_lanes_ = (prop.major < 8 || (prop.major == 8 && prop.minor == 0)) ? 64 : 128;
     // Scratch for cuBLASLt (32 MiB, what Hopper kernels like) and the ops' partial sums; grown
     // on demand by workspace().
     grow_workspace(size_t(32) << 20);
@@ -36,11 +36,11 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   double peak_flops() override {
-    // fp32 (no tensor cores) dense peak per SM per clock: 2 FLOP x 128 FP32 lanes. The MFU
+    // fp32 (no tensor cores) dense peak: SMs x FP32 lanes x 2 FLOP (FMA) x clock. The MFU
     // denominator for this fp32 backend; bf16 tensor-core peaks come with the bf16 path.
     int clock_khz = 0;
     cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_);
-    return double(sms_) * 128.0 * 2.0 * clock_khz * 1e3;
+    return double(sms_) * fp32_lanes_ * 2.0 * clock_khz * 1e3;
   }
 
   float* alloc(size_t n) override { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
@@ -180,9 +180,11 @@ class CudaBackend final : public Backend {
     if (ws_.ptr) {
       LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
       cudaFree(ws_.ptr);
+      ws_ = {};  // not left pointing at freed memory if the allocation below fails
     }
-    LOOM_CUDA_CHECK(cudaMalloc(&ws_.ptr, bytes));
-    ws_.bytes = bytes;
+    void* p = nullptr;
+    LOOM_CUDA_CHECK(cudaMalloc(&p, bytes));
+    ws_ = {p, bytes};
   }
   int32_t* bucket_buffer(int which, size_t n) {
     if (n > bucket_cap_[which]) {
@@ -194,8 +196,7 @@ class CudaBackend final : public Backend {
     return static_cast<int32_t*>(buckets_[which]);
   }
 
-  int device_ = 0, sm_major_ = 0, sms_ = 0;
-  std::string name_;
+  int device_ = 0, sms_ = 0, fp32_lanes_ = 128;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cuda::Workspace ws_;

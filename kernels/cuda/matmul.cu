@@ -5,15 +5,44 @@
 //   dinp (N,C) = dout @ W               is  dinp^T (C,N) = W(C,OC col-major) * dout^T
 //   dW (OC,C) += dout^T @ inp           is  dW^T (C,OC) += inp^T (C,N) * dout (N,OC)
 // The bias gradient is a deterministic column sum (reduce.cu style, in column_sums_add).
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace loom::cuda {
 namespace {
 
+// The largest power of two (<= 256) the address is aligned to. Weights and gradients are
+// views into one flat buffer, so they are often only 4-byte aligned; cuBLASLt assumes 256 unless
+// told, and could pick a kernel that needs more.
+uint32_t alignment_of(const void* p) {
+  uint32_t a = 256;
+  while (a > 4 && reinterpret_cast<uintptr_t>(p) % a) a /= 2;
+  return a;
+}
+
+// The heuristic always gets the same workspace limit, so that the algorithm chosen for a shape
+// (and with it the bits of the result) does not change when the backend's scratch grows.
+constexpr size_t kGemmWorkspace = size_t(32) << 20;
+
+__global__ void broadcast_bias_kernel(float* D, const float* bias, int m, int n) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < size_t(m) * n) D[i] = bias[i % size_t(m)];
+}
+
 // D (m x n, column-major, ld m) = alpha * op(A) * op(B) + beta * D [+ bias (m) broadcast over columns].
 void gemm(cublasLtHandle_t lt, Workspace ws, float* D, const float* A, bool transA, int lda, const float* B,
           bool transB, int ldb, int m, int n, int k, float beta, const float* bias, cudaStream_t stream) {
+  if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
+    // The bias epilogue needs a 16-byte aligned vector: otherwise write the bias into D first
+    // and accumulate the product onto it.
+    broadcast_bias_kernel<<<blocks_for(size_t(m) * n, 256), 256, 0, stream>>>(D, bias, m, n);
+    LOOM_CUDA_LAUNCHED();
+    bias = nullptr;
+    beta = 1.0f;
+  }
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -31,14 +60,24 @@ void gemm(cublasLtHandle_t lt, Workspace ws, float* D, const float* A, bool tran
   LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transB ? n : k, transB ? k : n, ldb));
   LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m));
   LOOM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws.bytes,
-                                                       sizeof ws.bytes));
+  const size_t limit = std::min(ws.bytes, kGemmWorkspace);
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
+                                                       sizeof limit));
+  const uint32_t align_a = alignment_of(A), align_b = alignment_of(B), align_d = alignment_of(D);
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                       sizeof align_a));
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                       sizeof align_b));
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                       sizeof align_d));
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                       sizeof align_d));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   LOOM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
   if (found == 0) throw std::runtime_error("cuBLASLt: no algorithm for this fp32 matmul");
   const float alpha = 1.0f;
-  LOOM_CUDA_CHECK(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ws.ptr, ws.bytes,
+  LOOM_CUDA_CHECK(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ws.ptr, limit,
                                  stream));
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(ld);

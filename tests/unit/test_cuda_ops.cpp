@@ -49,14 +49,17 @@ struct Pair {
   float* c;
   float* g_base;
   float* g;
-  Pair(Backend& cpu_, Backend& gpu_, const std::vector<float>& init) : cpu(cpu_), gpu(gpu_), n(init.size()) {
+  size_t lead;  // guard floats before the data: kGuard + `misalign`, so the device view can be
+               // only 4- or 8-byte aligned, as views into the model's flat buffers are
+  Pair(Backend& cpu_, Backend& gpu_, const std::vector<float>& init, size_t misalign = 0)
+      : cpu(cpu_), gpu(gpu_), n(init.size()), lead(kGuard + misalign) {
     c = cpu.alloc(n);
     cpu.upload(c, init.data(), n);
-    g_base = gpu.alloc(n + 2 * kGuard);
-    std::vector<float> guarded(n + 2 * kGuard, kSentinel);
-    std::copy(init.begin(), init.end(), guarded.begin() + kGuard);
+    g_base = gpu.alloc(n + lead + kGuard);
+    std::vector<float> guarded(n + lead + kGuard, kSentinel);
+    std::copy(init.begin(), init.end(), guarded.begin() + long(lead));
     gpu.upload(g_base, guarded.data(), guarded.size());
-    g = g_base + kGuard;
+    g = g_base + lead;
   }
   ~Pair() {
     cpu.release(c);
@@ -64,21 +67,24 @@ struct Pair {
   }
   // The device result equals the CPU one within kTol, is finite, and the guards are intact.
   void check(const char* what, float tol = kTol) const {
-    std::vector<float> host(n + 2 * kGuard), ref(n);
+    std::vector<float> host(n + lead + kGuard), ref(n);
     gpu.download(host.data(), g_base, host.size());
     cpu.download(ref.data(), c, n);
     size_t bad = 0;
     double worst = 0;
     for (size_t i = 0; i < n; ++i) {
-      const float x = host[kGuard + i], r = ref[i];
+      const float x = host[lead + i], r = ref[i];
       const double err = std::fabs(double(x) - r) / std::max(1.0, std::fabs(double(r)));
       worst = std::max(worst, err);
       if (!std::isfinite(x) || err > tol) ++bad;
     }
-    for (size_t i = 0; i < kGuard; ++i) {
-      INFO(what << ": guard element " << i << " overwritten");
+    for (size_t i = 0; i < lead; ++i) {
+      INFO(what << ": guard element " << i << " before the data overwritten");
       CHECK(host[i] == kSentinel);
-      CHECK(host[kGuard + n + i] == kSentinel);
+    }
+    for (size_t i = 0; i < kGuard; ++i) {
+      INFO(what << ": guard element " << i << " after the data overwritten");
+      CHECK(host[lead + n + i] == kSentinel);
     }
     INFO(what << ": " << bad << " of " << n << " elements differ (worst relative error " << worst << ")");
     CHECK(bad == 0);
@@ -109,20 +115,22 @@ std::unique_ptr<Backend> g_cpu, g_gpu;
 TEST_CASE("CUDA encoder forward/backward (vocab-parallel slice, repeated tokens)") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   for (auto [B, T, C, V, start, rows] : {std::tuple{3, 7, 37, 50, 0, 50}, std::tuple{2, 33, 96, 300, 128, 100}}) {
+   for (bool with_wpe : {true, false}) {
     std::vector<int32_t> tok(size_t(B) * T);
     for (size_t i = 0; i < tok.size(); ++i) tok[i] = int32_t((i * 7919 + 13) % size_t(V)) % (i % 3 ? V : 5);
     IntPair tokens(cpu, gpu, tok);
     Pair wte(cpu, gpu, randn(size_t(rows) * C, 1)), wpe(cpu, gpu, randn(size_t(T) * C, 2));
-    Pair out(cpu, gpu, std::vector<float>(size_t(B) * T * C, 0));
-    cpu.encoder_forward(out.c, tokens.c, wte.c, wpe.c, B, T, C, start, rows);
-    gpu.encoder_forward(out.g, tokens.g, wte.g, wpe.g, B, T, C, start, rows);
+    Pair out(cpu, gpu, randn(size_t(B) * T * C, 6));  // overwritten: must not keep these values
+    cpu.encoder_forward(out.c, tokens.c, wte.c, with_wpe ? wpe.c : nullptr, B, T, C, start, rows);
+    gpu.encoder_forward(out.g, tokens.g, wte.g, with_wpe ? wpe.g : nullptr, B, T, C, start, rows);
     out.check("encoder_forward");
     Pair dout(cpu, gpu, randn(size_t(B) * T * C, 3));
     Pair dwte(cpu, gpu, randn(size_t(rows) * C, 4)), dwpe(cpu, gpu, randn(size_t(T) * C, 5));  // accumulated into
-    cpu.encoder_backward(dwte.c, dwpe.c, dout.c, tokens.c, B, T, C, start, rows);
-    gpu.encoder_backward(dwte.g, dwpe.g, dout.g, tokens.g, B, T, C, start, rows);
+    cpu.encoder_backward(dwte.c, with_wpe ? dwpe.c : nullptr, dout.c, tokens.c, B, T, C, start, rows);
+    gpu.encoder_backward(dwte.g, with_wpe ? dwpe.g : nullptr, dout.g, tokens.g, B, T, C, start, rows);
     dwte.check("encoder_backward dwte");
     dwpe.check("encoder_backward dwpe");
+   }
   }
 }
 
@@ -130,8 +138,8 @@ TEST_CASE("CUDA layernorm forward/backward") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   for (auto [N, C] : {std::pair{17, 45}, std::pair{130, 768}}) {
     Pair inp(cpu, gpu, randn(size_t(N) * C, 10, 2.0f)), w(cpu, gpu, randn(size_t(C), 11)), b(cpu, gpu, randn(size_t(C), 12));
-    Pair out(cpu, gpu, std::vector<float>(size_t(N) * C)), mean(cpu, gpu, std::vector<float>(size_t(N))),
-        rstd(cpu, gpu, std::vector<float>(size_t(N)));
+    // Outputs start as random values: an op that accumulated instead of overwriting would show.
+    Pair out(cpu, gpu, randn(size_t(N) * C, 17)), mean(cpu, gpu, randn(size_t(N), 18)), rstd(cpu, gpu, randn(size_t(N), 19));
     cpu.layernorm_forward(out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
     gpu.layernorm_forward(out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
     out.check("layernorm_forward out");
@@ -150,29 +158,34 @@ TEST_CASE("CUDA layernorm forward/backward") {
 TEST_CASE("CUDA matmul forward/backward through cuBLASLt, with and without bias") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   for (auto [N, C, OC] : {std::tuple{19, 33, 47}, std::tuple{128, 96, 288}, std::tuple{5, 1, 3}}) {
+   // Device views aligned to 256 bytes, and to only 4 and 8 (weights are views into a flat buffer).
+   for (size_t mis : {size_t(0), size_t(1), size_t(2)}) {
     for (bool with_bias : {true, false}) {
-      Pair inp(cpu, gpu, randn(size_t(N) * C, 20)), w(cpu, gpu, randn(size_t(OC) * C, 21, 0.1f)),
-          bias(cpu, gpu, randn(size_t(OC), 22));
-      Pair out(cpu, gpu, std::vector<float>(size_t(N) * OC));
+      Pair inp(cpu, gpu, randn(size_t(N) * C, 20), mis), w(cpu, gpu, randn(size_t(OC) * C, 21, 0.1f), mis),
+          bias(cpu, gpu, randn(size_t(OC), 22), mis);
+      Pair out(cpu, gpu, randn(size_t(N) * OC, 26), mis);
       cpu.matmul_forward(out.c, inp.c, w.c, with_bias ? bias.c : nullptr, N, C, OC);
       gpu.matmul_forward(out.g, inp.g, w.g, with_bias ? bias.g : nullptr, N, C, OC);
       out.check("matmul_forward");
-      Pair dout(cpu, gpu, randn(size_t(N) * OC, 23)), dinp(cpu, gpu, std::vector<float>(size_t(N) * C));
-      Pair dw(cpu, gpu, randn(size_t(OC) * C, 24)), dbias(cpu, gpu, randn(size_t(OC), 25));
+      Pair dout(cpu, gpu, randn(size_t(N) * OC, 23), mis), dinp(cpu, gpu, randn(size_t(N) * C, 27), mis);
+      Pair dw(cpu, gpu, randn(size_t(OC) * C, 24), mis), dbias(cpu, gpu, randn(size_t(OC), 25), mis);
       cpu.matmul_backward(dinp.c, dw.c, with_bias ? dbias.c : nullptr, dout.c, inp.c, w.c, N, C, OC);
       gpu.matmul_backward(dinp.g, dw.g, with_bias ? dbias.g : nullptr, dout.g, inp.g, w.g, N, C, OC);
       dinp.check("matmul_backward dinp");
       dw.check("matmul_backward dw (accumulated)");
       dbias.check("matmul_backward dbias (accumulated)");
     }
+   }
   }
 }
 
 TEST_CASE("CUDA fused causal attention forward/backward") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
-  for (auto [B, T, C, NH] : {std::tuple{2, 13, 48, 3}, std::tuple{1, 65, 128, 2}, std::tuple{3, 1, 40, 5}}) {
+  // Head sizes 16, 64, 8, 40 (a partly used second register slot) and 256 (the limit).
+  for (auto [B, T, C, NH] : {std::tuple{2, 13, 48, 3}, std::tuple{1, 65, 128, 2}, std::tuple{3, 1, 40, 5},
+                             std::tuple{2, 17, 120, 3}, std::tuple{1, 5, 256, 1}}) {
     Pair qkv(cpu, gpu, randn(size_t(B) * T * 3 * C, 30));
-    Pair out(cpu, gpu, std::vector<float>(size_t(B) * T * C));
+    Pair out(cpu, gpu, randn(size_t(B) * T * C, 33));
     std::vector<float> saved_c_init(cpu.attention_saved_floats(B, T, NH)), saved_g_init(gpu.attention_saved_floats(B, T, NH));
     float* saved_c = cpu.alloc(saved_c_init.size() + 1);
     float* saved_g = gpu.alloc(saved_g_init.size() + 1);
@@ -191,7 +204,7 @@ TEST_CASE("CUDA fused causal attention forward/backward") {
 TEST_CASE("CUDA elementwise: GELU, residual, scale, AdamW") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   const size_t n = 100003;
-  Pair x(cpu, gpu, randn(n, 40, 3.0f)), y(cpu, gpu, randn(n, 41)), out(cpu, gpu, std::vector<float>(n));
+  Pair x(cpu, gpu, randn(n, 40, 3.0f)), y(cpu, gpu, randn(n, 41)), out(cpu, gpu, randn(n, 46));
   cpu.gelu_forward(out.c, x.c, n);
   gpu.gelu_forward(out.g, x.g, n);
   out.check("gelu_forward");
@@ -227,6 +240,11 @@ TEST_CASE("CUDA fused softmax cross-entropy, whole and vocab-parallel, padding a
   gpu.softmax_crossentropy(losses.g, logits.g, targets.g, N, V, Vp, 0.25f, true);
   losses.check("softmax_crossentropy losses");
   logits.check("softmax_crossentropy dlogits (padding zero)");
+  Pair keep(cpu, gpu, randn(size_t(N) * Vp, 52, 4.0f)), l0(cpu, gpu, randn(N, 53));
+  cpu.softmax_crossentropy(l0.c, keep.c, targets.c, N, V, Vp, 0.25f, false);
+  gpu.softmax_crossentropy(l0.g, keep.g, targets.g, N, V, Vp, 0.25f, false);
+  l0.check("softmax_crossentropy losses, no gradient");
+  keep.check("softmax_crossentropy without write_grad leaves the logits alone");
   // Vocab-parallel: this rank holds columns [64, 128) of which 37 are real (101 - 64).
   const int Vl = 64, start = 64, v_real = V - start;
   Pair local(cpu, gpu, randn(size_t(N) * Vl, 51, 4.0f)), maxes(cpu, gpu, std::vector<float>(N)),
@@ -241,6 +259,21 @@ TEST_CASE("CUDA fused softmax cross-entropy, whole and vocab-parallel, padding a
   gpu.crossentropy_finish(l2.g, local.g, maxes.g, partials.g, targets.g, N, Vl, v_real, start, 0.5f, true);
   l2.check("crossentropy_finish losses");
   local.check("crossentropy_finish dlogits");
+  // A rank whose vocabulary slice is all padding (tp 4 on the tiny recipe): max -inf, sum 0,
+  // target logit 0, and an all-zero gradient. (Compared directly: -inf is not "finite".)
+  Pair pad(cpu, gpu, randn(size_t(N) * Vl, 54));
+  std::vector<float> mx(N), gpu_mx(N);
+  float* d_mx = gpu.alloc(N);
+  gpu.crossentropy_max(d_mx, pad.g, N, Vl, 0);
+  gpu.download(gpu_mx.data(), d_mx, N);
+  for (float v : gpu_mx) CHECK(std::isinf(v));
+  Pair zmax(cpu, gpu, std::vector<float>(N, 0.0f)), zpart(cpu, gpu, std::vector<float>(2 * N, 1.0f)),
+      l3(cpu, gpu, randn(N, 55));
+  cpu.crossentropy_finish(l3.c, pad.c, zmax.c, zpart.c, targets.c, N, Vl, 0, 128, 0.5f, true);
+  gpu.crossentropy_finish(l3.g, pad.g, zmax.g, zpart.g, targets.g, N, Vl, 0, 128, 0.5f, true);
+  pad.check("crossentropy_finish with no real columns: zero gradient");
+  l3.check("crossentropy_finish with no real columns: losses");
+  gpu.release(d_mx);
 }
 
 TEST_CASE("CUDA reductions are deterministic and match the CPU") {
