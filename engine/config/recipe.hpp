@@ -37,6 +37,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   std::string backend = "cpu";     // cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16 | fp16
+  std::string recompute = "none";  // none | selective | full: activations recomputed in backward
 };
 
 struct OptimConfig {

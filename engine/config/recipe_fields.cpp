@@ -40,6 +40,7 @@ std::vector<Field> make_fields() {
       {"train", "max_minutes", K::Float, 0, 1e7, {}, LOOM_MEMBER(train, max_minutes), "wall-clock budget of this session in minutes: when the next step and a checkpoint save would not fit, save and exit with status 75 (resumable); 0: no limit"},
       {"train", "seed", K::UInt64, 0, 1.8e19, {}, LOOM_MEMBER(train, seed), "seed of the initialisation and of data sampling"},
       {"train", "backend", K::String, 0, 0, {"cpu", "cuda"}, LOOM_MEMBER(train, backend), "compute backend: cpu (Eigen/OpenBLAS reference) or cuda"},
+      {"train", "recompute", K::String, 0, 0, {"none", "selective", "full"}, LOOM_MEMBER(train, recompute), "activation recomputation: none; selective (attention's saved state recomputed in backward: on the CPU the B*NH*T*T probabilities); full (only each block's output kept, the block re-run before its backward)"},
       {"train", "precision", K::String, 0, 0, {"fp32", "bf16", "fp16"}, LOOM_MEMBER(train, precision), "parameter/activation precision; bf16 and fp16 need backend cuda"},
 
       {"optim", "lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, lr), "peak learning rate (after warmup)"},

@@ -38,13 +38,15 @@ StageSpec whole_if_default(StageSpec s, int n_layer) {
 }
 }  // namespace
 
-Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp, StageSpec stage, int slots)
+Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp, StageSpec stage, int slots,
+         Recompute recompute)
     : be_(backend),
       shape_(shape),
       tp_(tp),
       stage_(whole_if_default(stage, shape.n_layer)),
       table_(gpt_param_table(shape, tp.rank, tp.size, stage_)),
-      B_(micro_batch) {
+      B_(micro_batch),
+      recompute_(recompute) {
   if (shape.d_model % shape.n_head != 0) throw std::invalid_argument("d_model must be divisible by n_head");
   if (shape.n_head % tp.size != 0 || shape.vocab_pad % tp.size != 0)
     throw std::invalid_argument("n_head and the padded vocabulary must be divisible by tp");
@@ -67,19 +69,21 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
     s.input = alloc(N * C);
     s.layers.resize(size_t(stage_.n_layers));
     for (auto& a : s.layers) {
+      a = LayerActs{};
+      a.res3 = alloc(N * C);
+      if (recompute_ == Recompute::Full) continue;  // the rest comes from shared_, refilled in backward
       a.ln1 = alloc(N * C);
       a.ln1_mean = alloc(N);
       a.ln1_rstd = alloc(N);
       a.qkv = alloc(N * 3 * Ct);
       a.atty = alloc(N * Ct);
-      a.att = alloc(be_.attention_saved_floats(B_, shape.seq_len, NHt_));
+      if (recompute_ == Recompute::None) a.att = alloc(be_.attention_saved_floats(B_, shape.seq_len, NHt_));
       a.res2 = alloc(N * C);
       a.ln2 = alloc(N * C);
       a.ln2_mean = alloc(N);
       a.ln2_rstd = alloc(N);
       a.fch = alloc(N * 4 * Ct);
       a.fch_gelu = alloc(N * 4 * Ct);
-      a.res3 = alloc(N * C);
     }
     if (stage_.last) {
       s.lnf = alloc(N * C);
@@ -98,9 +102,26 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
   datty_ = alloc(N * Ct);
   dqkv_ = alloc(N * 3 * Ct);
   dfch_ = alloc(N * 4 * Ct);
+  if (stage_.n_layers > 0 && recompute_ != Recompute::None) {
+    shared_.att = alloc(be_.attention_saved_floats(B_, shape.seq_len, NHt_));
+    if (recompute_ == Recompute::Full) {
+      shared_.ln1 = alloc(N * C);
+      shared_.ln1_mean = alloc(N);
+      shared_.ln1_rstd = alloc(N);
+      shared_.qkv = alloc(N * 3 * Ct);
+      shared_.atty = alloc(N * Ct);
+      shared_.res2 = alloc(N * C);
+      shared_.ln2 = alloc(N * C);
+      shared_.ln2_mean = alloc(N);
+      shared_.ln2_rstd = alloc(N);
+      shared_.fch = alloc(N * 4 * Ct);
+      shared_.fch_gelu = alloc(N * 4 * Ct);
+    }
+  }
   // `loom plan` predicts memory from gpt_activation_floats: it must describe exactly this.
   const GptActivationFloats expect = gpt_activation_floats(
-      shape, B_, tp.size, stage_.n_layers, stage_.last, slots, be_.attention_saved_floats(B_, shape.seq_len, NHt_));
+      shape, B_, tp.size, stage_.n_layers, stage_.last, slots, be_.attention_saved_floats(B_, shape.seq_len, NHt_),
+      recompute_);
   if (expect.total(slots) != act_floats_)
     throw std::logic_error("gpt_activation_floats (" + std::to_string(expect.total(slots)) +
                            ") disagrees with the model's allocations (" + std::to_string(act_floats_) + ")");
@@ -125,9 +146,44 @@ const float* Gpt::output(int slot) { return slots_.at(size_t(slot)).layers.back(
 float* Gpt::output_grad() { return dout_; }
 const float* Gpt::input_grad() { return dresidual_; }
 
-double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, float dloss) {
+// The buffers block i of slot s writes in the forward pass: its own, or (recompute) partly or
+// wholly the shared ones.
+Gpt::LayerActs Gpt::acts(const Slot& s, int i) const {
+  LayerActs a = s.layers[size_t(i)];
+  if (recompute_ == Recompute::Full) {
+    const float* res3 = a.res3;
+    a = shared_;
+    a.res3 = const_cast<float*>(res3);
+  } else if (recompute_ == Recompute::Selective) {
+    a.att = shared_.att;
+  }
+  return a;
+}
+
+// One transformer block: x (N,C) -> a.res3, filling a's buffers.
+void Gpt::layer_forward(int l, const float* x, const LayerActs& a) {
   const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T;
   const int Ct = Ct_;
+  const bool lead = tp_.rank == 0;  // adds the replicated terms that a tp all-reduce would sum tp times
+  LayerParams w = layer(params_, l);
+  be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
+  be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * Ct);  // column-parallel (f: identity)
+  be_.attention_forward(a.atty, a.att, a.qkv, B_, T, Ct, NHt_);   // this rank's heads
+  // Row-parallel: partial sums over this rank's input columns, then g: all-reduce. The
+  // replicated bias is added once, by the lead rank.
+  be_.matmul_forward(proj_scratch_, a.atty, w.projw, lead ? w.projb : nullptr, N, Ct, C);
+  tp_all_reduce(proj_scratch_, size_t(N) * C);
+  be_.residual_forward(a.res2, x, proj_scratch_, size_t(N) * C);
+  be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
+  be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, N, C, 4 * Ct);
+  be_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * Ct);
+  be_.matmul_forward(proj_scratch_, a.fch_gelu, w.fcprojw, lead ? w.fcprojb : nullptr, N, 4 * Ct, C);
+  tp_all_reduce(proj_scratch_, size_t(N) * C);
+  be_.residual_forward(a.res3, a.res2, proj_scratch_, size_t(N) * C);
+}
+
+double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, float dloss) {
+  const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T;
   const bool lead = tp_.rank == 0;  // adds the replicated terms that a tp all-reduce would sum tp times
   Slot& s = slots_.at(size_t(slot));
   if (stage_.first) {
@@ -139,23 +195,8 @@ double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, flo
   }
   const float* x = s.input;  // the residual stream entering each block
   for (int i = 0; i < stage_.n_layers; ++i) {
-    LayerParams w = layer(params_, stage_.first_layer + i);
-    LayerActs& a = s.layers[size_t(i)];
-    be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, N, C);
-    be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * Ct);  // column-parallel (f: identity)
-    be_.attention_forward(a.atty, a.att, a.qkv, B_, T, Ct, NHt_);   // this rank's heads
-    // Row-parallel: partial sums over this rank's input columns, then g: all-reduce. The
-    // replicated bias is added once, by the lead rank.
-    be_.matmul_forward(proj_scratch_, a.atty, w.projw, lead ? w.projb : nullptr, N, Ct, C);
-    tp_all_reduce(proj_scratch_, size_t(N) * C);
-    be_.residual_forward(a.res2, x, proj_scratch_, size_t(N) * C);
-    be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b, N, C);
-    be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, N, C, 4 * Ct);
-    be_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * Ct);
-    be_.matmul_forward(proj_scratch_, a.fch_gelu, w.fcprojw, lead ? w.fcprojb : nullptr, N, 4 * Ct, C);
-    tp_all_reduce(proj_scratch_, size_t(N) * C);
-    be_.residual_forward(a.res3, a.res2, proj_scratch_, size_t(N) * C);
-    x = a.res3;
+    layer_forward(stage_.first_layer + i, x, acts(s, i));
+    x = s.layers[size_t(i)].res3;
   }
   if (!stage_.last) return 0.0;
   be_.upload_i32(s.targets, targets, N);
@@ -204,8 +245,16 @@ void Gpt::backward(int slot) {
   for (int i = stage_.n_layers - 1; i >= 0; --i) {
     const int l = stage_.first_layer + i;
     LayerParams w = layer(params_, l), dw = layer(grads_, l);
-    LayerActs& a = s.layers[size_t(i)];
     const float* x = i == 0 ? s.input : s.layers[size_t(i) - 1].res3;
+    const LayerActs a = acts(s, i);
+    if (recompute_ == Recompute::Full) {
+      // Re-run the block (deterministic: the same values as the forward pass) into the shared
+      // buffers; res3 is rewritten with the same bits.
+      layer_forward(l, x, a);
+    } else if (recompute_ == Recompute::Selective) {
+      // Attention's saved state again, from the kept q|k|v (its output, identical, goes to scratch).
+      be_.attention_forward(proj_scratch_, a.att, a.qkv, B_, T, Ct, NHt_);
+    }
     // MLP branch: res3 = res2 + proj(gelu(fc(ln2(res2)))). Row-parallel backward (g: identity):
     // every rank computes the replicated bias gradient from the same dresidual.
     be_.matmul_backward(dfch_, dw.fcprojw, dw.fcprojb, dresidual_, a.fch_gelu, w.fcprojw, N, 4 * Ct, C);

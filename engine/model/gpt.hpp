@@ -20,6 +20,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/model/gpt_memory.hpp"
 #include "engine/model/gpt_shape.hpp"
 #include "engine/model/param_table.hpp"
 #include "kernels/backend.hpp"
@@ -37,7 +38,7 @@ struct TensorParallel {
 class Gpt {
  public:
   Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp = {}, StageSpec stage = {},
-      int slots = 1);
+      int slots = 1, Recompute recompute = Recompute::None);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -125,6 +126,10 @@ class Gpt {
     bool grad_logits = false;
   };
   std::vector<Slot> slots_;
+  Recompute recompute_ = Recompute::None;
+  LayerActs shared_{};  // Selective: att only; Full: every buffer but res3 (gpt_memory.hpp)
+  void layer_forward(int l, const float* x, const LayerActs& a);
+  LayerActs acts(const Slot& s, int i) const;
   float *losses_ = nullptr;                                       // (N)
   float *ce_max_ = nullptr, *ce_partials_ = nullptr;              // (N), (2N): vocab-parallel CE
   float *proj_scratch_ = nullptr;                                 // (N,C): attn/mlp projection outputs

@@ -9,6 +9,15 @@
 
 namespace loom {
 
+// Activation recomputation (train.recompute): what the backward pass recomputes instead of
+// keeping from the forward pass.
+//   None      every block's activations kept for each micro-batch in flight;
+//   Selective attention's saved state (on the CPU the B*NH*T*T probabilities, the largest part)
+//             recomputed from the kept q|k|v, one shared buffer per rank (Megatron's selective);
+//   Full      only each block's output (the residual stream) kept; the whole block is re-run
+//             before its backward into one shared set of buffers.
+enum class Recompute { None, Selective, Full };
+
 struct GptActivationFloats {
   size_t per_slot = 0;  // one micro-batch's saved activations (a pipeline stage keeps `slots`)
   size_t shared = 0;    // gradient scratch and loss buffers, one set per rank
@@ -19,17 +28,26 @@ struct GptActivationFloats {
 // `attention_saved` is the backend's attention_saved_floats(B, T, NH / tp) (CPU: the softmax
 // probabilities B*NH*T*T; CUDA: the log-sum-exp, B*NH*T).
 inline GptActivationFloats gpt_activation_floats(const GptShape& s, int micro_batch, int tp, int stage_layers,
-                                                 bool last_stage, int slots, size_t attention_saved) {
+                                                 bool last_stage, int slots, size_t attention_saved,
+                                                 Recompute recompute = Recompute::None) {
   const size_t N = size_t(micro_batch) * s.seq_len, C = size_t(s.d_model), Ct = C / size_t(tp);
   const size_t Vt = size_t(s.vocab_pad) / size_t(tp);
   GptActivationFloats a;
   const size_t per_layer = N * C /*ln1*/ + 2 * N /*ln1 mean, rstd*/ + N * 3 * Ct /*qkv*/ + N * Ct /*atty*/ +
                            attention_saved + N * C /*res2*/ + N * C /*ln2*/ + 2 * N + N * 4 * Ct /*fch*/ +
                            N * 4 * Ct /*gelu*/ + N * C /*res3*/;
-  a.per_slot = N * C /*input*/ + size_t(stage_layers) * per_layer;
+  size_t kept_per_layer = per_layer, shared_layer = 0;
+  if (recompute == Recompute::Selective) {
+    kept_per_layer -= attention_saved;
+    shared_layer = attention_saved;
+  } else if (recompute == Recompute::Full) {
+    kept_per_layer = N * C;               // res3 only
+    shared_layer = per_layer - N * C;     // one block's buffers, re-filled before each backward
+  }
+  a.per_slot = N * C /*input*/ + size_t(stage_layers) * kept_per_layer;
   if (last_stage) a.per_slot += N * C /*lnf*/ + 2 * N + N * Vt /*logits*/;
   a.shared = N /*losses*/ + N /*ce max*/ + 2 * N /*ce partials*/ + N * C /*proj scratch*/ + 3 * N * C /*dresidual,
-              dln, dout*/ + N * Ct /*datty*/ + N * 3 * Ct /*dqkv*/ + N * 4 * Ct /*dfch*/;
+              dln, dout*/ + N * Ct /*datty*/ + N * 3 * Ct /*dqkv*/ + N * 4 * Ct /*dfch*/ + (stage_layers > 0 ? shared_layer : 0);
   a.ints = 2 * N * size_t(slots);
   return a;
 }

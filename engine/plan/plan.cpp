@@ -110,6 +110,7 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   p.micro_batch = B;
   p.zero = r.parallel.zero;
   p.grad_accum = accum;
+  p.recompute = r.train.recompute;
   // Memory: the largest over the pipeline stages.
   Recipe staged = r;
   staged.parallel.dp = dp;
@@ -122,8 +123,11 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     largest_params = std::max(largest_params, table.total());
     const int in_flight = parallel::pipeline_in_flight(s, pp, accum);
     const size_t att_saved = cl.device.cpu ? size_t(B) * (m.n_head / tp) * T * T : size_t(B) * (m.n_head / tp) * T;
+    const Recompute rc = r.train.recompute == "full"        ? Recompute::Full
+                         : r.train.recompute == "selective" ? Recompute::Selective
+                                                            : Recompute::None;
     const GptActivationFloats a =
-        gpt_activation_floats(shape, B, tp, spec.n_layers, spec.last, in_flight, att_saved);
+        gpt_activation_floats(shape, B, tp, spec.n_layers, spec.last, in_flight, att_saved, rc);
     MemoryBreakdown mem;
     mem.stage = s;
     mem.in_flight = in_flight;
@@ -155,8 +159,15 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   const double rows = double(B) * T;
   const double rate = peak * cl.device.efficiency * rows / (rows + cl.device.half_rows) / (cl.device.cpu ? cl.per_node : 1);
   const double per_micro = shape.flops_per_token() * double(B) * T / (tp * pp) / rate;
-  p.compute_s = per_micro * accum;
-  p.bubble_s = per_micro * (pp - 1);  // 1F1B: (pp - 1) micro-batch slots idle per step
+  // Recomputation re-runs forward work in backward: full, the whole forward (1/3 of the 6N
+  // FLOPs: +1/3); selective, attention's scores and softmax (the 12LCT term's forward third).
+  double recompute_extra = 0;
+  if (r.train.recompute == "full") recompute_extra = 1.0 / 3.0;
+  if (r.train.recompute == "selective")
+    recompute_extra = (4.0 * m.n_layer * double(m.d_model) * T) / shape.flops_per_token();
+  const double per_micro_run = per_micro * (1 + recompute_extra);
+  p.compute_s = per_micro_run * accum;
+  p.bubble_s = per_micro_run * (pp - 1);  // 1F1B: (pp - 1) micro-batch slots idle per step
   const int Ls = (m.n_layer + pp - 1) / pp;
   const double act_msg = double(B) * T * m.d_model * act_bytes;
   const bool tp_in = intra_node(tp, 1, cl.per_node), dp_in = intra_node(dp, tp, cl.per_node),
@@ -194,7 +205,8 @@ std::vector<Prediction> search(const Recipe& r, const Cluster& cl) {
       const int dp = world / (tp * pp);
       for (int mb = 1; mb <= global / dp; ++mb) {
         if (global % (mb * dp)) continue;
-        for (int zero : {0, 1}) {
+        for (int zero : {0, 1})
+         for (const char* rc : {"none", "selective", "full"}) {
           if (zero == 1 && dp == 1) continue;
           Recipe c = r;
           c.parallel.tp = tp;
@@ -204,6 +216,7 @@ std::vector<Prediction> search(const Recipe& r, const Cluster& cl) {
           c.parallel.zero = zero;
           c.train.micro_batch = mb;
           c.train.global_batch = global;
+          c.train.recompute = rc;
           try {
             out.push_back(predict(c, cl));
           } catch (const std::exception&) {
@@ -226,10 +239,10 @@ std::string format_prediction(const Recipe& r, const Cluster& c, const Predictio
   std::snprintf(b, sizeof b,
                 "plan: %d layers, d_model %d, %d heads, seq %d, vocab %d | %d node(s) x %d %s = %d ranks\n"
                 "layout: tp %d x pp %d x dp %d, micro-batch %d x %d accumulation steps = global batch %d, zero %d, "
-                "precision %s\n",
+                "recompute %s, precision %s\n",
                 r.model.n_layer, r.model.d_model, r.model.n_head, r.model.seq_len, r.model.vocab_size, c.nodes,
                 c.per_node, c.device.name.c_str(), c.world(), p.tp, p.pp, p.dp, p.micro_batch, p.grad_accum,
-                p.micro_batch * p.grad_accum * p.dp, p.zero, r.train.precision.c_str());
+                p.micro_batch * p.grad_accum * p.dp, p.zero, p.recompute.c_str(), r.train.precision.c_str());
   os << b;
   const MemoryBreakdown& m = p.memory;
   std::snprintf(b, sizeof b,
@@ -255,14 +268,14 @@ std::string format_prediction(const Recipe& r, const Cluster& c, const Predictio
 std::string format_search(const std::vector<Prediction>& all, size_t top) {
   std::ostringstream os;
   char b[512];
-  std::snprintf(b, sizeof b, "%4s %3s %3s %4s %5s %5s %4s %10s %10s %8s %6s  %s\n", "rank", "tp", "pp", "dp", "micro",
-                "accum", "zero", "mem MB", "step ms", "tok/s", "MFU%", "fits");
+  std::snprintf(b, sizeof b, "%4s %3s %3s %4s %5s %5s %4s %-9s %10s %10s %8s %6s  %s\n", "rank", "tp", "pp", "dp",
+                "micro", "accum", "zero", "recompute", "mem MB", "step ms", "tok/s", "MFU%", "fits");
   os << b;
   for (size_t i = 0; i < all.size() && i < top; ++i) {
     const Prediction& p = all[i];
-    std::snprintf(b, sizeof b, "%4zu %3d %3d %4d %5d %5d %4d %10.1f %10.1f %8.0f %6.1f  %s\n", i + 1, p.tp, p.pp, p.dp,
-                  p.micro_batch, p.grad_accum, p.zero, p.memory.total(), p.step_s * 1e3, p.tokens_per_s, 100 * p.mfu,
-                  p.fits ? "yes" : "no");
+    std::snprintf(b, sizeof b, "%4zu %3d %3d %4d %5d %5d %4d %-9s %10.1f %10.1f %8.0f %6.1f  %s\n", i + 1, p.tp, p.pp,
+                  p.dp, p.micro_batch, p.grad_accum, p.zero, p.recompute.c_str(), p.memory.total(), p.step_s * 1e3,
+                  p.tokens_per_s, 100 * p.mfu, p.fits ? "yes" : "no");
     os << b;
   }
   if (all.size() > top) os << "(" << all.size() - top << " more; --top N shows more)\n";

@@ -44,6 +44,7 @@ struct MemoryBreakdown {  // MB, one rank (the largest over pipeline stages)
 
 struct Prediction {
   int tp = 1, pp = 1, dp = 1, micro_batch = 1, zero = 0, grad_accum = 1;
+  std::string recompute = "none";
   MemoryBreakdown memory;
   bool fits = true;
   double flops_per_step = 0;          // model FLOPs of one optimizer step, whole job
@@ -56,7 +57,7 @@ struct Prediction {
 // std::runtime_error naming the key if the layout cannot run there.
 Prediction predict(const Recipe& r, const Cluster& cluster);
 
-// Every valid (tp, pp, dp, micro_batch, zero) for the cluster (tp within a node, dividing
+// Every valid (tp, pp, dp, micro_batch, zero, recompute) for the cluster (tp within a node, dividing
 // n_head; pp dividing n_layer; micro-batches dividing the global batch), best predicted
 // tokens/s first; those that do not fit last.
 std::vector<Prediction> search(const Recipe& r, const Cluster& cluster);

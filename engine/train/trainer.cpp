@@ -61,8 +61,11 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   StageSpec spec{0, per_stage[size_t(stage)], stage == 0, stage == pp - 1};
   for (int s = 0; s < stage; ++s) spec.first_layer += per_stage[size_t(s)];
   const int slots = parallel::pipeline_in_flight(stage, pp, r_.grad_accum());
+  const Recompute recompute = r_.train.recompute == "full"        ? Recompute::Full
+                              : r_.train.recompute == "selective" ? Recompute::Selective
+                                                                  : Recompute::None;
   model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
-                                 TensorParallel{groups.coord().tp, tp, &groups.tp()}, spec, slots);
+                                 TensorParallel{groups.coord().tp, tp, &groups.tp()}, spec, slots, recompute);
   std::vector<float> init(model_->num_params());
   init_params(model_->table(), shape, r_.train.seed, init.data());
   model_->set_params(init.data());
