@@ -34,6 +34,9 @@ class Backend {
   virtual void download(float* host_dst, const float* src, size_t n) = 0;
   virtual void zero(float* p, size_t n) = 0;
   virtual void synchronize() {}
+  // The stream the ops run on (a cudaStream_t on CUDA; null on the CPU): device-buffer
+  // communicators order their work after it.
+  virtual void* stream() { return nullptr; }
 
   // ---- ops, each with its backward ----
   // out (B,T,C) = wte[tokens - vocab_start] + wpe[t]. wte holds the `vocab_rows` rows

@@ -3,7 +3,10 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/backend_factory.hpp"
+#include <cstdlib>
+
 #ifdef LOOM_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_probe.hpp"
 #endif
 
@@ -17,18 +20,29 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     if (probe.count == 0)
       throw BackendError("train.backend=cuda but no CUDA device is usable here (" + probe.reason +
                          "); use train.backend=cpu or run on a GPU node");
-    // The CUDA ops exist (kernels/cuda, make_cuda_backend, checked op by op against this CPU
-    // backend by test_cuda_ops); training on them needs device-buffer communicators (NCCL) and
-    // device-side data handling in the trainer, which are not wired yet.
-    throw BackendError("train.backend=cuda: CUDA devices found (" + probe.names +
-                       ") and the CUDA ops are built, but training on them (NCCL communicators, device buffers in "
-                       "the trainer) is not wired yet; use train.backend=cpu");
+    // fp32 CUDA backend, one device per rank; NOT YET RUN on a GPU (docs/kernels.md).
+    return make_cuda_backend(cuda_device_for_this_rank());
 #else
     throw BackendError("train.backend=cuda but this loom was built without CUDA (LOOM_CUDA=OFF or no nvcc at "
                        "configure time); rebuild with the CUDA toolkit or use train.backend=cpu");
 #endif
   }
   throw BackendError("unknown backend '" + name + "' (expected cpu or cuda)");
+}
+
+int cuda_device_for_this_rank() {
+  int local = 0;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+#ifdef LOOM_HAVE_CUDA
+  const int count = cuda::probe_devices().count;
+  return count > 0 ? local % count : 0;
+#else
+  return local;
+#endif
 }
 
 std::string backend_availability() {

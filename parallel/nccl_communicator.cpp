@@ -35,7 +35,8 @@ struct EventRequest final : Request {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(MPI_Comm comm, int device) {
+  NcclCommunicator(MPI_Comm comm, int device, void* compute_stream)
+      : compute_(static_cast<cudaStream_t>(compute_stream)) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
@@ -44,8 +45,10 @@ class NcclCommunicator final : public Communicator {
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
     nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", rank_);
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~NcclCommunicator() override {
+    if (computed_) cudaEventDestroy(computed_);
     if (comm_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -55,6 +58,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce(float* buf, size_t n, ReduceOp op) override { iall_reduce(buf, n, op)->wait(); }
   RequestPtr iall_reduce(float* buf, size_t n, ReduceOp op) override {
+    after_compute();
     nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
                "ncclAllReduce", rank_);
     return record();
@@ -63,6 +67,7 @@ class NcclCommunicator final : public Communicator {
     ireduce_scatter(send, recv, counts)->wait();
   }
   RequestPtr ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) override {
+    after_compute();
     // NCCL's reduce-scatter needs equal parts: uneven parts become one reduce per rank.
     nccl_check(ncclGroupStart(), "ncclGroupStart", rank_);
     size_t off = 0;
@@ -76,6 +81,7 @@ class NcclCommunicator final : public Communicator {
   }
   void all_gather(float* buf, const std::vector<size_t>& counts) override { iall_gather(buf, counts)->wait(); }
   RequestPtr iall_gather(float* buf, const std::vector<size_t>& counts) override {
+    after_compute();
     nccl_check(ncclGroupStart(), "ncclGroupStart", rank_);
     size_t off = 0;
     for (int r = 0; r < size_; ++r) {
@@ -87,16 +93,19 @@ class NcclCommunicator final : public Communicator {
     return record();
   }
   void broadcast(float* buf, size_t n, int root) override {
+    after_compute();
     nccl_check(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast", rank_);
     record()->wait();
   }
   void send(const float* buf, size_t n, int peer, int tag) override { isend(buf, n, peer, tag)->wait(); }
   void recv(float* buf, size_t n, int peer, int tag) override { irecv(buf, n, peer, tag)->wait(); }
   RequestPtr isend(const float* buf, size_t n, int peer, int /*tag: NCCL orders by issue*/) override {
+    after_compute();
     nccl_check(ncclSend(buf, n, ncclFloat, peer, comm_, stream_), "ncclSend", rank_);
     return record();
   }
   RequestPtr irecv(float* buf, size_t n, int peer, int /*tag*/) override {
+    after_compute();
     nccl_check(ncclRecv(buf, n, ncclFloat, peer, comm_, stream_), "ncclRecv", rank_);
     return record();
   }
@@ -108,6 +117,12 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // The communicator's stream waits for the compute stream's queued work.
+  void after_compute() {
+    if (!compute_) return;
+    cuda_check(cudaEventRecord(computed_, compute_), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(stream_, computed_, 0), "cudaStreamWaitEvent");
+  }
   RequestPtr record() {
     auto r = std::make_unique<EventRequest>();
     cuda_check(cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming), "cudaEventCreate");
@@ -117,12 +132,14 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_ = nullptr;
+  cudaEvent_t computed_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device) {
-  return std::make_unique<NcclCommunicator>(comm, device);
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device, void* compute_stream) {
+  return std::make_unique<NcclCommunicator>(comm, device, compute_stream);
 }
 
 BenchMemory device_bench_memory(int device) {
@@ -145,7 +162,7 @@ BenchMemory device_bench_memory(int) {
   throw std::runtime_error("this loom was built without CUDA/NCCL: no device buffers for the NCCL benchmark");
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int) {
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, void*) {
   throw std::runtime_error("this loom was built without NCCL (CUDA toolkit or nccl.h not found at configure time)");
 }
 #endif

@@ -12,6 +12,9 @@
 namespace loom::parallel {
 
 // Throws std::runtime_error if this build has no NCCL. `device` is the CUDA device of this rank.
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device);
+// `compute_stream` (a cudaStream_t, may be null): every operation first waits for the work
+// already queued there (an event), so a collective never reads a buffer a kernel is still
+// writing.
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device, void* compute_stream = nullptr);
 
 }  // namespace loom::parallel

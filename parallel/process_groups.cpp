@@ -1,6 +1,8 @@
 #include "parallel/process_groups.hpp"
 
 #include <stdexcept>
+
+#include "parallel/nccl_communicator.hpp"
 #include <string>
 
 namespace loom::parallel {
@@ -30,6 +32,15 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout
   pp_ = split(world, c.dp * layout.tp + c.tp, c.pp, "pipeline");
   const bool holds_embedding = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
   embedding_ = split(world, holds_embedding ? c.dp * layout.tp + c.tp : MPI_UNDEFINED, c.pp, "tied-embedding");
+}
+
+void ProcessGroups::use_nccl(int device, void* compute_stream) {
+  // One NCCL communicator per group this rank belongs to, bootstrapped over the group's MPI
+  // communicator; every rank creates them in the same order (tp, dp, pp, embedding).
+  nccl_tp_ = make_nccl_communicator(tp_->comm(), device, compute_stream);
+  nccl_dp_ = make_nccl_communicator(dp_->comm(), device, compute_stream);
+  nccl_pp_ = make_nccl_communicator(pp_->comm(), device, compute_stream);
+  if (embedding_) nccl_embedding_ = make_nccl_communicator(embedding_->comm(), device, compute_stream);
 }
 
 }  // namespace loom::parallel

@@ -26,10 +26,23 @@ class ProcessGroups {
   // tied token embedding; null on other stages and when pp = 1.
   MpiCommunicator* embedding() { return embedding_.get(); }
 
+  // Device buffers (the CUDA backend): NCCL communicators over the same groups, ordered after
+  // `compute_stream` (docs/parallelism.md). Collective over the world. Until it is called the
+  // device_*() accessors return the MPI communicators above (host buffers: the CPU backend).
+  void use_nccl(int device, void* compute_stream);
+  Communicator& device_tp() { return nccl_tp_ ? *nccl_tp_ : static_cast<Communicator&>(*tp_); }
+  Communicator& device_dp() { return nccl_dp_ ? *nccl_dp_ : static_cast<Communicator&>(*dp_); }
+  Communicator& device_pp() { return nccl_pp_ ? *nccl_pp_ : static_cast<Communicator&>(*pp_); }
+  Communicator* device_embedding() {
+    if (nccl_embedding_) return nccl_embedding_.get();
+    return embedding_.get();
+  }
+
  private:
   GridLayout layout_;
   int rank_ = 0;
   std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, embedding_;
+  std::unique_ptr<Communicator> nccl_tp_, nccl_dp_, nccl_pp_, nccl_embedding_;
 };
 
 }  // namespace loom::parallel

@@ -46,6 +46,10 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
   }
 
+  if (r_.train.precision != "fp32")
+    throw std::runtime_error("train.precision=" + r_.train.precision +
+                             ": only fp32 is implemented so far (bf16/fp16 with fp32 master weights come with the GPU "
+                             "training work); use train.precision=fp32");
   backend_ = make_backend(r_.train.backend);
   if (const char* prof = std::getenv("LOOM_PROFILE_OPS"); prof && std::string(prof) == "1") {
     auto timer = std::make_unique<OpTimer>(std::move(backend_));
@@ -64,13 +68,16 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   const Recompute recompute = r_.train.recompute == "full"        ? Recompute::Full
                               : r_.train.recompute == "selective" ? Recompute::Selective
                                                                   : Recompute::None;
+  // Device buffers (CUDA) travel over NCCL communicators ordered after the backend's stream;
+  // host buffers (CPU) over MPI. Host scalars (losses, norms) always over MPI.
+  if (backend_->stream()) groups.use_nccl(cuda_device_for_this_rank(), backend_->stream());
   model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
-                                 TensorParallel{groups.coord().tp, tp, &groups.tp()}, spec, slots, recompute);
+                                 TensorParallel{groups.coord().tp, tp, &groups.device_tp()}, spec, slots, recompute);
   std::vector<float> init(model_->num_params());
   init_params(model_->table(), shape, r_.train.seed, init.data());
   model_->set_params(init.data());
   const size_t bucket = std::max<size_t>(1, size_t(r_.parallel.bucket_mb * (1 << 20) / sizeof(float)));
-  grad_sync_ = std::make_unique<parallel::GradSync>(groups.dp(), model_->grads(), model_->num_params(), bucket,
+  grad_sync_ = std::make_unique<parallel::GradSync>(groups.device_dp(), model_->grads(), model_->num_params(), bucket,
                                                     r_.parallel.zero == 1,
                                                     [this](size_t n) { return backend_->alloc(n); },
                                                     model_->grad_ready_points());
@@ -270,7 +277,7 @@ double Trainer::evaluate() {
   const int B = r_.train.micro_batch, T = r_.model.seq_len;
   const size_t elems = size_t(B) * T * r_.model.d_model;
   const StageSpec& st = model_->stage();
-  parallel::MpiCommunicator& pp = groups_.pp();
+  parallel::Communicator& pp = groups_.device_pp();  // activations: device buffers on CUDA
   double sum = 0;
   int n = 0;
   for (const StepBatch& b : val_batches_)
@@ -280,7 +287,7 @@ double Trainer::evaluate() {
       sum += model_->forward(0, b.tokens.data() + off, b.targets.data() + off, 0.0f);
       if (!st.last) pp.send(model_->output(0), elems, pp.rank() + 1, 21);
     }
-  return dp_mean(pp.sum_ordered(sum) / n);
+  return dp_mean(groups_.pp().sum_ordered(sum) / n);  // a host scalar: MPI
 }
 
 void Trainer::log_step(int64_t step, double loss, double val_loss, double lr, double grad_norm, double step_s,
@@ -396,11 +403,11 @@ TrainSummary Trainer::run() {
                    (long long)step + 1);
       std::this_thread::sleep_for(std::chrono::duration<double>(faults_.sleep_s));
     }
-    parallel::run_1f1b(groups_.pp(), accum, size_t(B) * T * r_.model.d_model, work);
+    parallel::run_1f1b(groups_.device_pp(), accum, size_t(B) * T * r_.model.d_model, work);
     model.set_grad_ready_hook(nullptr);
     {
       TraceRecorder::Span span(&trace_, "embedding and loss all-reduce", "communication");
-      if (parallel::MpiCommunicator* emb = groups_.embedding()) {
+      if (parallel::Communicator* emb = groups_.device_embedding()) {
         // Tied embedding: the first stage's (lookup) and last stage's (head) gradients summed, so
         // both copies take the same update and stay identical.
         const ParamInfo& wte = model.table().find("wte");

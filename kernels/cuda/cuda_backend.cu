@@ -55,6 +55,7 @@ class CudaBackend final : public Backend {
   void download(float* dst, const float* src, size_t n) override { copy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost); }
   void zero(float* p, size_t n) override { LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), stream_)); }
   void synchronize() override { LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void* stream() override { return stream_; }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
                        int vocab_start, int vocab_rows) override {
