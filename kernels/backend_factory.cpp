@@ -3,14 +3,45 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/backend_factory.hpp"
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
 #include <cstdlib>
 
 #ifdef LOOM_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_probe.hpp"
 #endif
 
 namespace loom {
+
+#ifdef LOOM_HAVE_CUDA
+namespace {
+// The CUDA backend lives in libloom_cuda.so next to the binary (or in ../lib), loaded only now:
+// CPU runs never map cuBLASLt.
+std::unique_ptr<Backend> load_cuda_backend(int device) {
+  char exe[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  std::string dir = n > 0 ? std::string(exe, size_t(n)) : std::string(".");
+  dir = dir.substr(0, dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/'));
+  std::string tried;
+  void* lib = nullptr;
+  for (const std::string& path : {dir + "/libloom_cuda.so", dir + "/../lib/libloom_cuda.so", std::string("libloom_cuda.so")}) {
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib) break;
+    tried += "\n  " + path + ": " + dlerror();
+  }
+  if (!lib) throw BackendError("train.backend=cuda: cannot load the CUDA backend module:" + tried);
+  using Create = Backend* (*)(int, char*, int);
+  auto create = reinterpret_cast<Create>(dlsym(lib, "loom_cuda_create_backend"));
+  if (!create) throw BackendError("train.backend=cuda: libloom_cuda.so has no loom_cuda_create_backend");
+  char error[512] = {};
+  Backend* be = create(device, error, int(sizeof error));
+  if (!be) throw BackendError(std::string("train.backend=cuda: ") + error);
+  return std::unique_ptr<Backend>(be);  // the module stays loaded for the life of the process
+}
+}  // namespace
+#endif
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
@@ -21,7 +52,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
       throw BackendError("train.backend=cuda but no CUDA device is usable here (" + probe.reason +
                          "); use train.backend=cpu or run on a GPU node");
     // fp32 CUDA backend, one device per rank; NOT YET RUN on a GPU (docs/kernels.md).
-    return make_cuda_backend(cuda_device_for_this_rank());
+    return load_cuda_backend(cuda_device_for_this_rank());
 #else
     throw BackendError("train.backend=cuda but this loom was built without CUDA (LOOM_CUDA=OFF or no nvcc at "
                        "configure time); rebuild with the CUDA toolkit or use train.backend=cpu");

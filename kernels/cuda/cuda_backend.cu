@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -210,3 +211,12 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
 }  // namespace loom
+
+extern "C" loom::Backend* loom_cuda_create_backend(int device, char* error, int error_size) {
+  try {
+    return new loom::CudaBackend(device);
+  } catch (const std::exception& e) {
+    std::snprintf(error, size_t(error_size), "%s", e.what());
+    return nullptr;
+  }
+}

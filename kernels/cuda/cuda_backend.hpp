@@ -8,7 +8,16 @@
 
 namespace loom {
 
-// Throws std::runtime_error if `device` cannot be used.
+// Throws std::runtime_error if `device` cannot be used. Defined in the loom_cuda shared module:
+// tests link it directly; the loom binary loads it with dlopen (backend_factory.cpp).
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+}  // namespace loom
+
+// The module's entry point for dlopen: a new backend (owned by the caller), or null with the
+// reason in `error` (at least 512 bytes).
+extern "C" loom::Backend* loom_cuda_create_backend(int device, char* error, int error_size);
+
+namespace loom {
 
 }  // namespace loom
