@@ -74,8 +74,13 @@ std::vector<Field> make_fields() {
 #undef LOOM_MEMBER
 
 std::string format_double(double v) {
-  // Shortest decimal that reads back to the same double, so printed recipes round-trip.
+  // Whole numbers as such (600.0, not %g's shortest 6e+02: people read these recipes).
   char buf[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+    return buf;
+  }
+  // Otherwise the shortest decimal that reads back to the same double, so recipes round-trip.
   for (int prec = 1; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof buf, "%.*g", prec, v);
     if (std::strtod(buf, nullptr) == v) break;
