@@ -18,6 +18,7 @@
 #include "engine/checkpoint/h5_tensor_file.hpp"
 #include "engine/checkpoint/slice_checksum.hpp"
 #include "engine/config/recipe_io.hpp"
+#include "engine/util/atomic_file.hpp"
 #include "engine/util/crc32c.hpp"
 #include "engine/util/host_buffer.hpp"
 #include "loom_version.hpp"
@@ -34,56 +35,31 @@ std::string step_name(int64_t step) {
   return b;
 }
 
-// One pass over a file: the CRC-32C of the whole file and of each dataset's byte range (the
-// datasets are contiguous), read in 4 MiB blocks. Saves and loads do not need it (they checksum
-// the slices in memory, slice_checksum.hpp); `loom ckpt inspect` does.
-struct FileSums {
-  uint64_t bytes = 0;
-  uint32_t file_crc = 0;
-  std::vector<uint32_t> dataset_crc;  // in the order of the extents given
-};
-FileSums checksum_file(const std::string& path, const std::vector<DatasetExtent>& extents) {
+// The CRC-32C of each dataset's byte range (the datasets are contiguous), read from the file in
+// 4 MiB blocks. Saves and loads do not need it (they checksum the slices in memory,
+// slice_checksum.hpp); `loom ckpt inspect` does, after precheck_checkpoint has covered the rest.
+std::vector<uint32_t> dataset_crcs_from_file(const std::string& path, const std::vector<DatasetExtent>& extents) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(path + ": cannot open");
   std::vector<char> buf(4 << 20);
-  FileSums sums;
-  sums.dataset_crc.assign(extents.size(), 0);
-  while (f) {
-    f.read(buf.data(), std::streamsize(buf.size()));
-    const uint64_t got = uint64_t(f.gcount()), lo = sums.bytes, hi = lo + got;
-    sums.file_crc = crc32c(buf.data(), got, sums.file_crc);
-    for (size_t i = 0; i < extents.size(); ++i) {  // ~150 datasets: a scan per block is cheap
-      const uint64_t a = std::max(lo, extents[i].offset), b = std::min(hi, extents[i].offset + extents[i].bytes);
-      if (a < b) sums.dataset_crc[i] = crc32c(buf.data() + (a - lo), b - a, sums.dataset_crc[i]);
+  std::vector<uint32_t> crcs(extents.size(), 0);
+  for (size_t i = 0; i < extents.size(); ++i) {
+    f.seekg(std::streamoff(extents[i].offset));
+    for (uint64_t left = extents[i].bytes; left > 0;) {
+      f.read(buf.data(), std::streamsize(std::min<uint64_t>(buf.size(), left)));
+      const uint64_t got = uint64_t(f.gcount());
+      if (got == 0) throw std::runtime_error(path + ": short read in dataset " + extents[i].name);
+      crcs[i] = crc32c(buf.data(), got, crcs[i]);
+      left -= got;
     }
-    sums.bytes = hi;
   }
-  return sums;
+  return crcs;
 }
 
 std::vector<std::string> dataset_names(const GptShape& s);
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-    if (!f) throw std::runtime_error(tmp + ": write failed");
-  }
-  fsync_path(tmp);
-  fs::rename(tmp, path);
 }
 
 // The global tensors of the model in a fixed order, with the shape stored for each (wte keeps
@@ -304,11 +280,11 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
                             {"loom_version", LOOM_VERSION},
                             {"git_commit", LOOM_GIT_COMMIT},
                             {"recipe", recipe_to_yaml(r_)}};
-      write_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
+      write_file_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
       fs::remove_all(final_dir);  // an older save of the same step
       fs::rename(partial, final_dir);
       fsync_path(root.string());
-      write_atomically((root / "latest").string(), step_name(steps_done) + "\n");
+      write_file_atomically((root / "latest").string(), step_name(steps_done) + "\n");
       const double complete_s = seconds_since(t0);
       // Prune only now that a newer complete checkpoint exists.
       auto all = list_checkpoints(root.string());
@@ -458,33 +434,19 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 std::string verify_checkpoint(const std::string& ckpt) {
-  const fs::path man_path = fs::path(ckpt) / "manifest.json";
-  if (!fs::exists(man_path)) return "no manifest.json: an incomplete checkpoint";
-  nlohmann::json man;
-  try {
-    man = nlohmann::json::parse(std::ifstream(man_path));
-  } catch (const std::exception& e) {
-    return "manifest.json does not parse: " + std::string(e.what());
-  }
-  for (const auto& file : man.value("files", nlohmann::json::array())) {
+  // The manifest, the sizes and the bytes outside the datasets, as before any load; then every
+  // dataset's bytes (a checksum per dataset names the tensor that is damaged).
+  if (std::string bad = precheck_checkpoint(ckpt); !bad.empty()) return bad;
+  const nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
+  for (const auto& file : man["files"]) {
     const fs::path p = fs::path(ckpt) / file["name"].get<std::string>();
-    if (!fs::exists(p)) return p.string() + " is missing";
-    const uint64_t want_bytes = file["bytes"].get<uint64_t>();
-    if (fs::file_size(p) != want_bytes)
-      return p.string() + " has " + std::to_string(fs::file_size(p)) + " bytes, the manifest says " +
-             std::to_string(want_bytes) + " (truncated?)";
     std::vector<DatasetExtent> extents;
-    for (const auto& d : file.value("datasets", nlohmann::json::array()))
+    for (const auto& d : file["datasets"])
       extents.push_back({d["name"].get<std::string>(), d["offset"].get<uint64_t>(), d["bytes"].get<uint64_t>()});
-    const FileSums sums = checksum_file(p.string(), extents);
-    // A checksum per dataset names the tensor that is damaged; the file's covers the rest (HDF5
-    // metadata).
-    const auto& listed = file["datasets"];
+    const std::vector<uint32_t> crcs = dataset_crcs_from_file(p.string(), extents);
     for (size_t i = 0; i < extents.size(); ++i)
-      if (sums.dataset_crc[i] != listed[i]["crc32c"].get<uint32_t>())
+      if (crcs[i] != file["datasets"][i]["crc32c"].get<uint32_t>())
         return p.string() + ": dataset " + extents[i].name + " fails its CRC-32C check (corrupted)";
-    if (sums.file_crc != file["crc32c"].get<uint32_t>())
-      return p.string() + " fails its CRC-32C check outside the datasets (corrupted HDF5 metadata)";
   }
   return "";
 }

@@ -1,5 +1,7 @@
 #include "engine/data/prep.hpp"
 
+#include "engine/util/atomic_file.hpp"
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -145,13 +147,7 @@ PrepSummary run_prep(const PrepOptions& o) {
                       {"sources", sources}};
   if (o.tokenizer == "gpt2") m["tokenizer_files"] = {{"vocab", o.vocab}, {"merges", o.merges}};
   // Written last, via a rename: a directory with a manifest is a complete one.
-  const std::string tmp = o.out + "/manifest.json.tmp";
-  {
-    std::ofstream mf(tmp);
-    mf << m.dump(2) << "\n";
-    if (!mf) throw std::runtime_error(tmp + ": write failed");
-  }
-  fs::rename(tmp, o.out + "/manifest.json");
+  write_file_atomically(o.out + "/manifest.json", m.dump(2) + "\n");
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return sum;
 }

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "engine/util/atomic_file.hpp"
 #include "loom_version.hpp"
 
 namespace loom {
@@ -18,18 +19,6 @@ std::string utc_now_iso() {
   std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return b;
 }
-
-namespace {
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-    if (!f) throw std::runtime_error(tmp.string() + ": cannot write (log.dir)");
-  }
-  fs::rename(tmp, path);
-}
-}  // namespace
 
 RunRecord::RunRecord(const std::string& dir, const SessionInfo& s) {
   fs::create_directories(dir);
@@ -65,7 +54,7 @@ RunRecord::RunRecord(const std::string& dir, const SessionInfo& s) {
                               {"resumed_from", s.resumed_from.empty() ? nullptr : nlohmann::json(s.resumed_from)},
                               {"recipe", s.recipe_yaml}});
   save();
-  write_atomically(fs::path(dir) / "recipe.yaml", s.recipe_yaml);
+  write_file_atomically((fs::path(dir) / "recipe.yaml").string(), s.recipe_yaml, "log.dir");
 }
 
 void RunRecord::finish(int64_t end_step, int exit_status, const std::string& error) {
@@ -77,6 +66,6 @@ void RunRecord::finish(int64_t end_step, int exit_status, const std::string& err
   save();
 }
 
-void RunRecord::save() const { write_atomically(path_, doc_.dump(2) + "\n"); }
+void RunRecord::save() const { write_file_atomically(path_, doc_.dump(2) + "\n", "log.dir"); }
 
 }  // namespace loom

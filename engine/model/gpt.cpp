@@ -71,19 +71,8 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
     for (auto& a : s.layers) {
       a = LayerActs{};
       a.res3 = alloc(N * C);
-      if (recompute_ == Recompute::Full) continue;  // the rest comes from shared_, refilled in backward
-      a.ln1 = alloc(N * C);
-      a.ln1_mean = alloc(N);
-      a.ln1_rstd = alloc(N);
-      a.qkv = alloc(N * 3 * Ct);
-      a.atty = alloc(N * Ct);
-      if (recompute_ == Recompute::None) a.att = alloc(be_.attention_saved_floats(B_, shape.seq_len, NHt_));
-      a.res2 = alloc(N * C);
-      a.ln2 = alloc(N * C);
-      a.ln2_mean = alloc(N);
-      a.ln2_rstd = alloc(N);
-      a.fch = alloc(N * 4 * Ct);
-      a.fch_gelu = alloc(N * 4 * Ct);
+      // Full: the rest comes from shared_, refilled in backward; selective: so does att.
+      if (recompute_ != Recompute::Full) alloc_block_buffers(a, recompute_ == Recompute::None);
     }
     if (stage_.last) {
       s.lnf = alloc(N * C);
@@ -102,26 +91,11 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
   datty_ = alloc(N * Ct);
   dqkv_ = alloc(N * 3 * Ct);
   dfch_ = alloc(N * 4 * Ct);
-  if (stage_.n_layers > 0 && recompute_ != Recompute::None) {
-    shared_.att = alloc(be_.attention_saved_floats(B_, shape.seq_len, NHt_));
-    if (recompute_ == Recompute::Full) {
-      shared_.ln1 = alloc(N * C);
-      shared_.ln1_mean = alloc(N);
-      shared_.ln1_rstd = alloc(N);
-      shared_.qkv = alloc(N * 3 * Ct);
-      shared_.atty = alloc(N * Ct);
-      shared_.res2 = alloc(N * C);
-      shared_.ln2 = alloc(N * C);
-      shared_.ln2_mean = alloc(N);
-      shared_.ln2_rstd = alloc(N);
-      shared_.fch = alloc(N * 4 * Ct);
-      shared_.fch_gelu = alloc(N * 4 * Ct);
-    }
-  }
+  if (stage_.n_layers > 0 && recompute_ == Recompute::Selective) shared_.att = alloc(attention_saved_floats());
+  if (stage_.n_layers > 0 && recompute_ == Recompute::Full) alloc_block_buffers(shared_, true);
   // `loom plan` predicts memory from gpt_activation_floats: it must describe exactly this.
   const GptActivationFloats expect = gpt_activation_floats(
-      shape, B_, tp.size, stage_.n_layers, stage_.last, slots, be_.attention_saved_floats(B_, shape.seq_len, NHt_),
-      recompute_);
+      shape, B_, tp.size, stage_.n_layers, stage_.last, slots, attention_saved_floats(), recompute_);
   if (expect.total(slots) != act_floats_)
     throw std::logic_error("gpt_activation_floats (" + std::to_string(expect.total(slots)) +
                            ") disagrees with the model's allocations (" + std::to_string(act_floats_) + ")");
@@ -145,6 +119,27 @@ float* Gpt::input(int slot) { return slots_.at(size_t(slot)).input; }
 const float* Gpt::output(int slot) { return slots_.at(size_t(slot)).layers.back().res3; }
 float* Gpt::output_grad() { return dout_; }
 const float* Gpt::input_grad() { return dresidual_; }
+
+size_t Gpt::attention_saved_floats() const {
+  return be_.attention_saved_floats(B_, shape_.seq_len, NHt_);
+}
+
+// Every buffer of one block but its output res3 (att only if `with_att`).
+void Gpt::alloc_block_buffers(LayerActs& a, bool with_att) {
+  const size_t N = size_t(B_) * shape_.seq_len, C = shape_.d_model, Ct = size_t(Ct_);
+  a.ln1 = alloc(N * C);
+  a.ln1_mean = alloc(N);
+  a.ln1_rstd = alloc(N);
+  a.qkv = alloc(N * 3 * Ct);
+  a.atty = alloc(N * Ct);
+  if (with_att) a.att = alloc(attention_saved_floats());
+  a.res2 = alloc(N * C);
+  a.ln2 = alloc(N * C);
+  a.ln2_mean = alloc(N);
+  a.ln2_rstd = alloc(N);
+  a.fch = alloc(N * 4 * Ct);
+  a.fch_gelu = alloc(N * 4 * Ct);
+}
 
 // The buffers block i of slot s writes in the forward pass: its own, or (recompute) partly or
 // wholly the shared ones.

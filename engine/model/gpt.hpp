@@ -130,6 +130,8 @@ class Gpt {
   LayerActs shared_{};  // Selective: att only; Full: every buffer but res3 (gpt_memory.hpp)
   void layer_forward(int l, const float* x, const LayerActs& a);
   LayerActs acts(const Slot& s, int i) const;
+  void alloc_block_buffers(LayerActs& a, bool with_att);
+  size_t attention_saved_floats() const;
   float *losses_ = nullptr;                                       // (N)
   float *ce_max_ = nullptr, *ce_partials_ = nullptr;              // (N), (2N): vocab-parallel CE
   float *proj_scratch_ = nullptr;                                 // (N,C): attn/mlp projection outputs

@@ -4,6 +4,7 @@
 // equals this (so the two cannot drift apart).
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "engine/model/gpt_shape.hpp"
 
@@ -17,6 +18,11 @@ namespace loom {
 //   Full      only each block's output (the residual stream) kept; the whole block is re-run
 //             before its backward into one shared set of buffers.
 enum class Recompute { None, Selective, Full };
+
+// train.recompute's value ("none", "selective", "full"; validated with the recipe).
+inline Recompute recompute_from_name(const std::string& name) {
+  return name == "full" ? Recompute::Full : name == "selective" ? Recompute::Selective : Recompute::None;
+}
 
 struct GptActivationFloats {
   size_t per_slot = 0;  // one micro-batch's saved activations (a pipeline stage keeps `slots`)

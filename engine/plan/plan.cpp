@@ -123,11 +123,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     largest_params = std::max(largest_params, table.total());
     const int in_flight = parallel::pipeline_in_flight(s, pp, accum);
     const size_t att_saved = cl.device.cpu ? size_t(B) * (m.n_head / tp) * T * T : size_t(B) * (m.n_head / tp) * T;
-    const Recompute rc = r.train.recompute == "full"        ? Recompute::Full
-                         : r.train.recompute == "selective" ? Recompute::Selective
-                                                            : Recompute::None;
-    const GptActivationFloats a =
-        gpt_activation_floats(shape, B, tp, spec.n_layers, spec.last, in_flight, att_saved, rc);
+    const GptActivationFloats a = gpt_activation_floats(shape, B, tp, spec.n_layers, spec.last, in_flight, att_saved,
+                                                        recompute_from_name(r.train.recompute));
     MemoryBreakdown mem;
     mem.stage = s;
     mem.in_flight = in_flight;

@@ -1,7 +1,5 @@
 #include "engine/train/trainer.hpp"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -65,14 +63,12 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   StageSpec spec{0, per_stage[size_t(stage)], stage == 0, stage == pp - 1};
   for (int s = 0; s < stage; ++s) spec.first_layer += per_stage[size_t(s)];
   const int slots = parallel::pipeline_in_flight(stage, pp, r_.grad_accum());
-  const Recompute recompute = r_.train.recompute == "full"        ? Recompute::Full
-                              : r_.train.recompute == "selective" ? Recompute::Selective
-                                                                  : Recompute::None;
   // Device buffers (CUDA) travel over NCCL communicators ordered after the backend's stream;
   // host buffers (CPU) over MPI. Host scalars (losses, norms) always over MPI.
   if (backend_->stream()) groups.use_nccl(cuda_device_for_this_rank(), backend_->stream());
   model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
-                                 TensorParallel{groups.coord().tp, tp, &groups.device_tp()}, spec, slots, recompute);
+                                 TensorParallel{groups.coord().tp, tp, &groups.device_tp()}, spec, slots,
+                                 recompute_from_name(r_.train.recompute));
   std::vector<float> init(model_->num_params());
   init_params(model_->table(), shape, r_.train.seed, init.data());
   model_->set_params(init.data());
@@ -234,8 +230,6 @@ void Trainer::check_replicas() {
 void Trainer::report_memory() {
   // Per rank: pipeline stage, activation slots (1F1B keeps at most pp - stage micro-batches in
   // flight), activation bytes, optimizer state bytes and peak host RSS, gathered to rank 0.
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
   const int n = world_;
   std::vector<float> all(size_t(n) * 5, 0.0f);
   float* mine = all.data() + size_t(rank_) * 5;
@@ -243,7 +237,7 @@ void Trainer::report_memory() {
   mine[1] = float(parallel::pipeline_in_flight(groups_.coord().pp, r_.parallel.pp, layout_.micro_steps));
   mine[2] = float(model_->activation_bytes() / 1e6);
   mine[3] = float(optim_->state_bytes() / 1e6);
-  mine[4] = float(ru.ru_maxrss / 1024.0);
+  mine[4] = float(host_memory().peak_mb);
   groups_.world().all_gather(all.data(), std::vector<size_t>(size_t(n), 5));
   if (rank_ != 0) return;
   std::printf("loom: memory per rank (activations: micro-batches in flight x one micro-batch's activations)\n");

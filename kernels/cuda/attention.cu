@@ -23,16 +23,29 @@ __device__ float warp_sum(float x) {
   return x;
 }
 
+// The (b, h, t) row this warp handles, rows ordered b-major, then head, then t; false past the end.
+struct Row {
+  int b, h, t, lane;
+};
+__device__ bool warp_row(int B, int T, int NH, Row& r) {
+  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  r.lane = threadIdx.x % 32;
+  if (warp >= size_t(B) * NH * T) return false;
+  r.t = int(warp % T);
+  r.h = int((warp / T) % NH);
+  r.b = int(warp / (size_t(T) * NH));
+  return true;
+}
+
 // Row pointers of (b, t, head h) in qkv (B, T, 3C): q, k, v.
 __device__ const float* q_row(const float* qkv, int b, int t, int h, int T, int C, int hs) {
   return qkv + (size_t(b) * T + t) * 3 * C + size_t(h) * hs;
 }
 
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= size_t(B) * NH * T) return;
-  const int i = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
+  Row w;
+  if (!warp_row(B, T, NH, w)) return;
+  const int i = w.t, h = w.h, b = w.b, lane = w.lane;
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const float* q = q_row(qkv, b, i, h, T, C, hs);
@@ -72,10 +85,9 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
 // D (B, NH, T) = dO . O per row.
 __global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int C,
                                        int NH) {
-  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= size_t(B) * NH * T) return;
-  const int i = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
+  Row w;
+  if (!warp_row(B, T, NH, w)) return;
+  const int i = w.t, h = w.h, b = w.b, lane = w.lane;
   const int hs = C / NH;
   const size_t off = (size_t(b) * T + i) * C + size_t(h) * hs;
   float s = 0;
@@ -86,10 +98,9 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
 
 __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                     const float* delta, int B, int T, int C, int NH) {
-  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= size_t(B) * NH * T) return;
-  const int i = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
+  Row w;
+  if (!warp_row(B, T, NH, w)) return;
+  const int i = w.t, h = w.h, b = w.b, lane = w.lane;
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const size_t row = (size_t(b) * NH + h) * T + i;
@@ -131,10 +142,9 @@ __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float*
 
 __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                      const float* delta, int B, int T, int C, int NH) {
-  const size_t warp = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp >= size_t(B) * NH * T) return;
-  const int j = int(warp % T), h = int((warp / T) % NH), b = int(warp / (size_t(T) * NH));
+  Row w;
+  if (!warp_row(B, T, NH, w)) return;
+  const int j = w.t, h = w.h, b = w.b, lane = w.lane;
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const float* k = q_row(qkv, b, j, h, T, C, hs) + C;
