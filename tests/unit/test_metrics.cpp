@@ -1,5 +1,6 @@
 // TensorBoard event files: byte-exact against records made by TensorBoard's own writer (test
-// vectors in ../shared/NOTES.md), and a written file read back record by record.
+// vectors in ../shared/NOTES.md), and a written file read back record by record. The log.dir
+// lock (DirLock) and metrics.jsonl's append-only rules.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -7,8 +8,12 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "engine/metrics/nvml_probe.hpp"
 #include "engine/metrics/tensorboard_writer.hpp"
+#include "engine/util/dir_lock.hpp"
 
 using namespace loom;
 
@@ -95,4 +100,94 @@ TEST_CASE("NVML is loaded at run time: absent here means no GPU fields, present 
     CHECK(h.temp_c > 0);
     CHECK(h.util_pct <= 100);
   }
+}
+
+namespace {
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+// Runs `f` in a child process; its exit status (0: f returned true).
+template <class F>
+int in_child(F f) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(f() ? 0 : 1);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+}
+// A pid that is certainly not running: a child that has exited and been reaped.
+long dead_pid() {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  return long(pid);
+}
+std::string hostname() {
+  char b[256] = {};
+  gethostname(b, sizeof b - 1);
+  return b;
+}
+}  // namespace
+
+TEST_CASE("DirLock: one job per directory; the holder is named; released on destruction") {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_test_lock_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  {
+    DirLock a = DirLock::acquire(dir.string(), "log.dir");
+    REQUIRE(a.held());
+    CHECK(a.path() == (dir / ".loom.lock").string());
+    const std::string text = slurp(dir / ".loom.lock");
+    CHECK(text.find("pid: " + std::to_string(getpid()) + "\n") != std::string::npos);
+    CHECK(text.find("host: " + hostname() + "\n") != std::string::npos);
+    // The same process asking again (checkpoint.dir == log.dir) shares the lock.
+    DirLock again = DirLock::acquire(dir.string(), "checkpoint.dir");
+    CHECK(again.held());
+    // Another process is refused, with the holder's host and pid and the key in the message.
+    const long me = long(getpid());
+    const int rc = in_child([&] {
+      try {
+        DirLock::acquire(dir.string(), "log.dir");
+        return false;
+      } catch (const std::runtime_error& e) {
+        const std::string m = e.what();
+        return m.find("log.dir=" + dir.string() + " is in use by another Loom job") != std::string::npos &&
+               m.find("pid " + std::to_string(me)) != std::string::npos &&
+               m.find("host " + hostname()) != std::string::npos && m.find("choose another log.dir") != std::string::npos;
+      }
+    });
+    CHECK(rc == 0);
+  }
+  // Both handles gone: the lock file is deleted and another process takes the lock.
+  CHECK(!std::filesystem::exists(dir / ".loom.lock"));
+  CHECK(in_child([&] { return DirLock::acquire(dir.string(), "log.dir").held(); }) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("DirLock: a lock left by a dead process of this host is taken over; another host's is refused") {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_test_stale_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const long dead = dead_pid();
+  std::ofstream(dir / ".loom.lock") << "host: " << hostname() << "\npid: " << dead
+                                    << "\nstarted: 2026-01-01T00:00:00Z\nslurm_job_id: -\n";
+  {
+    DirLock l = DirLock::acquire(dir.string(), "log.dir");  // warns on stderr
+    CHECK(slurp(dir / ".loom.lock").find("pid: " + std::to_string(getpid())) != std::string::npos);
+  }
+  std::ofstream(dir / ".loom.lock") << "host: some-other-node\npid: 4242\nstarted: 2026-01-01T00:00:00Z\n";
+  try {
+    DirLock::acquire(dir.string(), "log.dir");
+    FAIL("a lock written on another host was taken");
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("another host (host some-other-node, pid 4242") != std::string::npos);
+    CHECK(m.find("delete " + (dir / ".loom.lock").string()) != std::string::npos);
+  }
+  CHECK(std::filesystem::exists(dir / ".loom.lock"));  // refused: left as it was
+  std::filesystem::remove_all(dir);
 }
