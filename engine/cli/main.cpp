@@ -32,20 +32,30 @@ int main(int argc, char** argv) {
   config->add_flag("--keys", keys, "print every recipe key with its type, default and meaning instead");
   config->get_option("recipe")->required(false);
   PrepOptions prep_opts;
-  CLI::App* prep = app.add_subcommand("prep", "tokenise text files into token shards + manifest (docs/data.md)");
-  prep->add_option("files", prep_opts.inputs, "input text files")->required()->check(CLI::ExistingFile);
-  prep->add_option("--out", prep_opts.out, "output directory")->required();
-  prep->add_option("--tokenizer", prep_opts.tokenizer, "byte (built in, vocab 257) or gpt2")
-      ->check(CLI::IsMember({"byte", "gpt2"}))
-      ->capture_default_str();
-  prep->add_option("--vocab", prep_opts.vocab, "GPT-2 vocab.json (with --tokenizer gpt2)");
-  prep->add_option("--merges", prep_opts.merges, "GPT-2 merges.txt (with --tokenizer gpt2)");
-  prep->add_option("--val-fraction", prep_opts.val_fraction, "fraction of documents for the val split")
-      ->capture_default_str();
-  prep->add_option("--doc-separator", prep_opts.doc_separator,
-                   "a line equal to this separates documents (default: each file is one document)");
-  prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")->capture_default_str();
-  prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str();
+  CLI::App* prep = app.add_subcommand(
+      "prep", "tokenise text files into token shards + manifest, or --check a prepared directory (docs/data.md)");
+  // Not ->required(): --check DIR needs neither; cmd_prep says what is missing. ExistingFile
+  // passes a FIFO, which run_prep refuses before opening it.
+  prep->add_option("files", prep_opts.inputs, "input text files")->check(CLI::ExistingFile);
+  prep->add_option("--out", prep_opts.out, "output directory (must not exist or be empty, unless --force)");
+  prep->add_flag("--force", prep_opts.force,
+                 "replace a non-empty --out: the new dataset is written aside and swapped in once complete");
+  auto* prep_check = prep->add_option("--check", prep_opts.check,
+                                      "verify DIR's shards against its manifest.json (CRC-32C); exit 0 OK, 1 damaged")
+                         ->type_name("DIR");
+  std::vector<CLI::Option*> prep_only = {
+      prep->add_option("--tokenizer", prep_opts.tokenizer, "byte (built in, vocab 257) or gpt2")
+          ->check(CLI::IsMember({"byte", "gpt2"}))
+          ->capture_default_str(),
+      prep->add_option("--vocab", prep_opts.vocab, "GPT-2 vocab.json (with --tokenizer gpt2)"),
+      prep->add_option("--merges", prep_opts.merges, "GPT-2 merges.txt (with --tokenizer gpt2)"),
+      prep->add_option("--val-fraction", prep_opts.val_fraction, "fraction of documents for the val split")
+          ->capture_default_str(),
+      prep->add_option("--doc-separator", prep_opts.doc_separator,
+                       "a line equal to this separates documents (default: each file is one document)"),
+      prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")->capture_default_str(),
+      prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str()};
+  for (auto* opt : prep_only) prep_check->excludes(opt);
 
   CLI::App* ckpt = app.add_subcommand("ckpt", "checkpoints: inspect");
   ckpt->require_subcommand(1);

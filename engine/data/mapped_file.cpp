@@ -11,13 +11,38 @@
 
 namespace loom {
 
+namespace {
+const char* kind_of(mode_t m) {
+  if (S_ISREG(m)) return "";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "a special file";
+}
+}  // namespace
+
+std::string special_file_kind(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0) return kind_of(st.st_mode);
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return "a broken symbolic link";
+  return "";
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
   struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    throw std::runtime_error(path + ": not a regular file");
+    throw std::runtime_error(path + ": cannot stat: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error(path + " is " + kind_of(st.st_mode) + ", not a regular file");
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

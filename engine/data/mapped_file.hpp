@@ -6,9 +6,17 @@
 
 namespace loom {
 
+// What `path` is when it is not a regular file: "a FIFO (named pipe)", "a socket", "a character
+// device", "a block device", "a directory", "a broken symbolic link", "a special file"; "" for a
+// regular file (or a symbolic link to one) and for a path that does not exist. Uses stat(),
+// never open(): opening a FIFO for reading blocks until a writer appears.
+std::string special_file_kind(const std::string& path);
+
 class MappedFile {
  public:
-  explicit MappedFile(const std::string& path);  // throws std::runtime_error naming the file
+  // Throws std::runtime_error naming the file; refuses anything but a regular file (without
+  // blocking on a FIFO).
+  explicit MappedFile(const std::string& path);
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept;
   MappedFile(const MappedFile&) = delete;

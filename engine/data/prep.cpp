@@ -2,14 +2,25 @@
 
 #include "engine/util/atomic_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "engine/data/mapped_file.hpp"
 #include "engine/data/shard_writer.hpp"
+#include "engine/data/token_shard.hpp"
 #include "engine/data/tokenizer.hpp"
 #include "engine/util/crc32c.hpp"
 #include "engine/util/splitmix64.hpp"
@@ -75,6 +86,134 @@ nlohmann::json split_json(const std::vector<ShardInfo>& shards, uint64_t tokens)
   return s;
 }
 
+
+// An input (text, vocab.json, merges.txt) must be an existing regular file: a FIFO or device
+// would block the reader or never end.
+void require_regular_input(const std::string& path, const std::string& what) {
+  if (const std::string kind = special_file_kind(path); !kind.empty())
+    throw std::runtime_error(path + " is " + kind + ", not a regular file; loom prep reads " + what +
+                             " from regular files only");
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw std::runtime_error(path + ": " + what + " not found");
+}
+
+std::string crc_hex(uint32_t c) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", c);
+  return b;
+}
+
+// `out` as a path whose last component names the directory itself ("data/x/" -> "data/x",
+// "." -> the current directory's absolute path); a symbolic link to a directory is followed.
+fs::path output_path(const std::string& out) {
+  if (out.empty()) throw std::runtime_error("--out: expected an output directory");
+  fs::path p = fs::absolute(out).lexically_normal();
+  std::string s = p.string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  p = s;
+  std::error_code ec;
+  if (fs::is_symlink(p, ec) && fs::is_directory(p, ec)) p = fs::canonical(p);
+  if (p == p.root_path()) throw std::runtime_error("--out " + out + ": cannot write a dataset over the root directory");
+  return p;
+}
+
+// What a non-empty output directory holds, for the refusal message; "" when it is empty.
+std::string describe_contents(const fs::path& dir) {
+  size_t entries = 0, shards = 0;
+  bool manifest = false;
+  std::string example;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    ++entries;
+    if (name == "manifest.json") manifest = true;
+    else if (e.path().extension() == ".bin") ++shards;
+    else if (example.empty()) example = name;
+  }
+  if (entries == 0) return "";
+  if (manifest || shards > 0) {
+    std::string what = manifest ? "manifest.json" : "";
+    if (shards) what += (what.empty() ? "" : ", ") + std::to_string(shards) + " shard file" + (shards == 1 ? "" : "s");
+    if (entries > shards + (manifest ? 1 : 0))
+      what += ", " + std::to_string(entries - shards - (manifest ? 1 : 0)) + " other entries";
+    return "already holds a prepared dataset (" + what + ")";
+  }
+  return "is not empty (" + std::to_string(entries) + " entr" + (entries == 1 ? "y" : "ies") + ", e.g. '" + example +
+         "')";
+}
+
+// Removes a directory tree on scope exit unless released (a prep that failed or was interrupted
+// by an exception leaves no OUT.partial-XXXXXX behind).
+class TreeGuard {
+ public:
+  explicit TreeGuard(fs::path p) : p_(std::move(p)) {}
+  ~TreeGuard() {
+    if (!p_.empty()) {
+      std::error_code ec;
+      fs::remove_all(p_, ec);
+    }
+  }
+  void release() { p_.clear(); }
+
+ private:
+  fs::path p_;
+};
+
+// A fresh directory next to `target` ("TARGET.partial-XXXXXX"): same file system, so it can be
+// renamed over `target`. Created with the usual mode (mkdtemp's 0700 would carry over to the
+// dataset).
+fs::path make_sibling_dir(const fs::path& target, const char* tag) {
+  static const char* digits = "0123456789abcdefghijklmnopqrstuvwxyz";
+  uint64_t x = splitmix64(uint64_t(::getpid()) ^ uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string p = target.string() + tag;
+    x = splitmix64(x);
+    for (int i = 0; i < 6; ++i) p += digits[(x >> (6 * i)) % 36];
+    if (::mkdir(p.c_str(), 0777) == 0) return p;
+    if (errno != EEXIST)
+      throw std::runtime_error(p + ": cannot create a directory next to the output: " + std::strerror(errno));
+  }
+  throw std::runtime_error(target.string() + tag + "*: cannot find a free name next to the output");
+}
+
+// Moves the finished `fresh` directory to `out`. An absent or empty `out` is replaced by one
+// rename. A non-empty one (--force) is exchanged atomically with `fresh` (renameat2
+// RENAME_EXCHANGE), or, where the file system cannot, renamed aside first; the old contents are
+// removed only once the new dataset is in place.
+void swap_into_place(const fs::path& fresh, const fs::path& out, bool out_has_content) {
+  if (!out_has_content) {
+    if (::rename(fresh.c_str(), out.c_str()) != 0) {
+      const int err = errno;
+      throw std::runtime_error(out.string() + ": cannot move the finished dataset into place from " + fresh.string() +
+                               ": " + std::strerror(err) +
+                               (err == ENOTEMPTY || err == EEXIST
+                                    ? " (something else filled the directory meanwhile; it was left as it is)"
+                                    : ""));
+    }
+    return;
+  }
+#ifdef RENAME_EXCHANGE
+  if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(fresh);  // now the old contents
+    return;
+  }
+  if (const int err = errno; err != EINVAL && err != ENOSYS && err != ENOTSUP)
+    throw std::runtime_error(out.string() + ": cannot swap in the finished dataset from " + fresh.string() + ": " +
+                             std::strerror(err));
+#endif
+  const fs::path old = make_sibling_dir(out, ".old-");
+  if (::rename(out.c_str(), old.c_str()) != 0) {
+    const int err = errno;
+    fs::remove(old);
+    throw std::runtime_error(out.string() + ": cannot move the old contents aside: " + std::strerror(err));
+  }
+  if (::rename(fresh.c_str(), out.c_str()) != 0) {
+    const int err = errno;
+    ::rename(old.c_str(), out.c_str());  // put the old dataset back
+    throw std::runtime_error(out.string() + ": cannot move the finished dataset into place: " + std::strerror(err));
+  }
+  fs::remove_all(old);
+}
+
 }  // namespace
 
 PrepSummary run_prep(const PrepOptions& o) {
@@ -83,27 +222,49 @@ PrepSummary run_prep(const PrepOptions& o) {
   if (o.val_fraction < 0 || o.val_fraction >= 1)
     throw std::runtime_error("--val-fraction " + std::to_string(o.val_fraction) + ": expected a value in [0, 1)");
   if (o.shard_tokens < 1) throw std::runtime_error("--shard-tokens: expected a positive number");
-  for (const auto& in : o.inputs)
-    if (!fs::is_regular_file(in)) throw std::runtime_error(in + ": input file not found");
+  for (const auto& in : o.inputs) require_regular_input(in, "text");
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer == "byte") tok = make_byte_tokenizer();
   else if (o.tokenizer == "gpt2") {
     if (o.vocab.empty() || o.merges.empty())
       throw std::runtime_error("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
+    require_regular_input(o.vocab, "the GPT-2 vocabulary (--vocab)");
+    require_regular_input(o.merges, "the GPT-2 merges (--merges)");
     tok = make_gpt2_tokenizer(o.vocab, o.merges);
   } else {
     throw std::runtime_error("--tokenizer " + o.tokenizer + ": expected byte or gpt2");
   }
+
+  // The output directory: never overwritten in place. An existing dataset (or anything else) is
+  // replaced only with --force, and only once the new one is complete.
+  const fs::path out = output_path(o.out);
   std::error_code ec;
-  fs::create_directories(o.out, ec);
-  if (ec) throw std::runtime_error(o.out + ": cannot create the output directory: " + ec.message());
-  // Stale shards from an earlier run would be listed by nobody but read by a directory glob.
-  for (const auto& e : fs::directory_iterator(o.out))
-    if (e.path().extension() == ".bin" || e.path().filename() == "manifest.json") fs::remove(e.path());
+  const auto st = fs::status(out, ec);
+  bool out_has_content = false;
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) throw std::runtime_error("--out " + o.out + ": exists and is not a directory");
+    const std::string contents = describe_contents(out);
+    out_has_content = !contents.empty();
+    if (out_has_content && !o.force)
+      throw std::runtime_error("--out " + o.out + " " + contents +
+                               "; pass --force to replace it (the new dataset is written aside and swapped in only "
+                               "once complete), or choose another --out");
+    if (out_has_content)
+      for (const auto& in : o.inputs) {
+        const fs::path rel = fs::weakly_canonical(in).lexically_relative(fs::weakly_canonical(out));
+        if (!rel.empty() && *rel.begin() != "..")
+          throw std::runtime_error("--force --out " + o.out + ": the input " + in +
+                                   " lies inside the directory that --force would replace; move it out first");
+      }
+  }
+  fs::create_directories(out.parent_path(), ec);
+  if (ec) throw std::runtime_error(out.parent_path().string() + ": cannot create the output's parent: " + ec.message());
+  const fs::path work = make_sibling_dir(out, ".partial-");
+  TreeGuard guard(work);
 
   PrepSummary sum;
-  ShardWriter train(o.out, "train", tok->vocab_size(), tok->eot_id(), o.shard_tokens);
-  ShardWriter val(o.out, "val", tok->vocab_size(), tok->eot_id(), o.shard_tokens);
+  ShardWriter train(work.string(), "train", tok->vocab_size(), tok->eot_id(), o.shard_tokens);
+  ShardWriter val(work.string(), "val", tok->vocab_size(), tok->eot_id(), o.shard_tokens);
   DocumentSink sink(*tok, train, val, o, sum);
   nlohmann::json sources = nlohmann::json::array();
   std::vector<char> iobuf(1 << 20);
@@ -146,10 +307,80 @@ PrepSummary run_prep(const PrepOptions& o) {
                       {"val", split_json(val_shards, sum.val_tokens)},
                       {"sources", sources}};
   if (o.tokenizer == "gpt2") m["tokenizer_files"] = {{"vocab", o.vocab}, {"merges", o.merges}};
-  // Written last, via a rename: a directory with a manifest is a complete one.
-  write_file_atomically(o.out + "/manifest.json", m.dump(2) + "\n");
+  // Written last: a directory with a manifest is a complete one. Then the shards are flushed to
+  // disk and the directory renamed into place.
+  write_file_atomically((work / "manifest.json").string(), m.dump(2) + "\n");
+  for (const auto* shards : {&train_shards, &val_shards})
+    for (const auto& sh : *shards) fsync_path((work / sh.file).string());
+  fsync_path(work.string());
+  swap_into_place(work, out, out_has_content);
+  guard.release();
+  fsync_path(out.parent_path().string());
+  sum.replaced = out_has_content;
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return sum;
+}
+
+bool PreparedDirCheck::ok() const {
+  for (const auto& s : shards)
+    if (!s.ok) return false;
+  return true;
+}
+
+PreparedDirCheck check_prepared_dir(const std::string& dir) {
+  const fs::path d(dir), mpath = d / "manifest.json";
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) throw std::runtime_error(dir + ": not a directory");
+  if (!fs::exists(mpath, ec))
+    throw std::runtime_error(mpath.string() + " not found: " + dir +
+                             " is not a loom prep output, or its manifest was deleted (re-run loom prep)");
+  require_regular_input(mpath.string(), "the manifest");
+  nlohmann::json m;
+  try {
+    std::ifstream in(mpath);
+    m = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(mpath.string() + ": cannot parse the manifest: " + e.what());
+  }
+  PreparedDirCheck r;
+  std::vector<std::string> listed;
+  for (const char* split : {"train", "val"}) {
+    if (!m.contains(split) || !m[split].contains("shards") || !m[split]["shards"].is_array())
+      throw std::runtime_error(mpath.string() + ": no '" + split + "' split with a list of shards");
+    for (const auto& e : m[split]["shards"]) {
+      ShardCheck c;
+      c.split = split;
+      if (!e.is_object() || !e.contains("file") || !e["file"].is_string() || !e.contains("crc32c") ||
+          !e["crc32c"].is_number_unsigned() || !e.contains("tokens") || !e["tokens"].is_number_unsigned())
+        throw std::runtime_error(mpath.string() + ": a '" + split +
+                                 "' shard entry lacks \"file\", \"tokens\" or \"crc32c\": " + e.dump());
+      c.file = e["file"].get<std::string>();
+      listed.push_back(c.file);
+      const uint64_t want_tokens = e["tokens"].get<uint64_t>();
+      const auto want_crc = e["crc32c"].get<uint64_t>();
+      try {
+        const TokenShard s = open_loom_shard((d / c.file).string());
+        const uint32_t got = file_crc32c(*s.file);
+        if (s.count != want_tokens)
+          c.detail = "the header holds " + std::to_string(s.count) + " tokens, the manifest records " +
+                     std::to_string(want_tokens);
+        else if (got != want_crc)
+          c.detail = "CRC-32C " + crc_hex(got) + ", the manifest records " + crc_hex(uint32_t(want_crc));
+        else
+          c.ok = true, c.detail = std::to_string(s.count) + " tokens, CRC-32C " + crc_hex(got);
+      } catch (const std::exception& ex) {
+        c.detail = ex.what();
+      }
+      r.shards.push_back(std::move(c));
+    }
+  }
+  for (const auto& e : fs::directory_iterator(d)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".bin" && std::find(listed.begin(), listed.end(), name) == listed.end())
+      r.unlisted.push_back(name);
+  }
+  std::sort(r.unlisted.begin(), r.unlisted.end());
+  return r;
 }
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,12 @@ namespace {
 
 [[noreturn]] void bad(const std::string& key, const std::string& path, const std::string& what) {
   throw std::runtime_error(key + "=" + path + ": " + what);
+}
+
+std::string crc_hex(uint32_t c) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", c);
+  return b;
 }
 
 std::vector<std::string> expand_glob(const std::string& pattern) {
@@ -63,6 +70,9 @@ TokenShard open_as(const std::string& path, const std::string& format) {
 void open_files(TokenDataset& d, const std::vector<std::string>& files, const std::string& format,
                 const std::string& key) {
   for (const auto& file : files) {
+    // Before anything opens it: reading a FIFO, socket or device would block or never end.
+    if (const std::string kind = special_file_kind(file); !kind.empty())
+      bad(key, d.source, file + " is " + kind + ", not a regular file; Loom reads token data from regular files only");
     std::string f = format;
     if (f == "auto") {
       f = detect(file);
@@ -93,11 +103,82 @@ void open_manifest_dir(TokenDataset& d, const fs::path& dir, const std::string& 
   if (!m.contains(split) || !m[split].contains("shards"))
     bad(key, d.source, mpath.string() + " has no '" + split + "' split");
   std::vector<std::string> files;
-  for (const auto& s : m[split]["shards"]) files.push_back((dir / s.at("file").get<std::string>()).string());
+  std::vector<nlohmann::json> entries;
+  try {
+    for (const auto& s : m[split]["shards"]) {
+      files.push_back((dir / s.at("file").get<std::string>()).string());
+      entries.push_back(s);
+    }
+  } catch (const std::exception& e) {
+    bad(key, d.source, mpath.string() + ": a '" + split + "' shard entry has no \"file\" name: " + e.what());
+  }
   if (files.empty()) bad(key, d.source, mpath.string() + ": the '" + split + "' split has no shards");
   open_files(d, files, "loom", key);
+  // The shards are mapped already: checksum them against the manifest (several GB/s, docs/data.md),
+  // so that a damaged byte is found here rather than trained on.
+  for (size_t i = 0; i < files.size(); ++i) {
+    const TokenShard& s = d.shards[i];
+    if (entries[i].contains("tokens") && entries[i]["tokens"].is_number_unsigned() &&
+        entries[i]["tokens"].get<uint64_t>() != s.count)
+      bad(key, d.source,
+          files[i] + ": the header holds " + std::to_string(s.count) + " tokens but " + mpath.string() + " records " +
+              std::to_string(entries[i]["tokens"].get<uint64_t>()) + "; the directory is damaged (re-run loom prep)");
+    if (!entries[i].contains("crc32c") || !entries[i]["crc32c"].is_number_unsigned()) continue;
+    const auto want = entries[i]["crc32c"].get<uint64_t>();
+    const uint32_t got = file_crc32c(*s.file);
+    if (got != want)
+      bad(key, d.source,
+          files[i] + ": CRC-32C mismatch: the file's is " + crc_hex(got) + ", " + mpath.string() + " records " +
+              crc_hex(uint32_t(want)) + "; the shard is damaged (`loom prep --check " + dir.string() +
+              "` checks every shard; re-run loom prep with --force to rebuild it)");
+  }
   d.declared_vocab = m.value("vocab_size", 0);
   d.declared_by = mpath.string();
+}
+
+// The name's parts between '_', '-' and '.': "fineweb_val_000000.bin" -> fineweb, val, 000000, bin.
+bool has_part(const std::string& name, std::initializer_list<const char*> words) {
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find_first_of("_-.", start);
+    if (end == std::string::npos) end = name.size();
+    const std::string part = name.substr(start, end - start);
+    for (const char* w : words)
+      if (part == w) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+bool is_prep_shard_name(const std::string& name, const std::string& split) {
+  // ShardWriter's naming: SPLIT_NNNNNN.bin
+  if (!name.starts_with(split + "_") || !name.ends_with(".bin")) return false;
+  const std::string digits = name.substr(split.size() + 1, name.size() - split.size() - 5);
+  return !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A directory read without a manifest must not mix the two splits: training on the val shards and
+// evaluating on training data would go unnoticed.
+void refuse_mixed_splits(const std::string& key, const std::string& path, const std::vector<std::string>& files) {
+  std::string train, val;
+  bool prep_train = false, prep_val = false;
+  for (const auto& f : files) {
+    const std::string name = fs::path(f).filename().string();
+    if (train.empty() && has_part(name, {"train"})) train = name;
+    if (val.empty() && has_part(name, {"val", "valid", "validation"})) val = name;
+    prep_train = prep_train || is_prep_shard_name(name, "train");
+    prep_val = prep_val || is_prep_shard_name(name, "val");
+  }
+  if (prep_train && prep_val)
+    bad(key, path,
+        "the directory holds train_*.bin and val_*.bin shards (a loom prep output) but its manifest.json is "
+        "missing, so the splits cannot be told apart; point data.train and data.val at the files explicitly "
+        "(data.train=" + path + "/train_*.bin, data.val=" + path + "/val_*.bin) or re-run loom prep");
+  if (!train.empty() && !val.empty())
+    bad(key, path,
+        "the directory holds both training and validation files (" + train + ", " + val +
+            "): reading it whole would mix the splits; point data.train and data.val at globs of each, e.g. " + path +
+            "/*train*.bin and " + path + "/*val*.bin");
 }
 
 }  // namespace
@@ -122,15 +203,19 @@ TokenDataset open_dataset(const std::string& path, const std::string& format, co
     if (fs::exists(fs::path(path) / "manifest.json") && (format == "auto" || format == "loom")) {
       open_manifest_dir(d, path, key, split);
     } else {
+      // Subdirectories and hidden files are skipped; any other entry that is not a regular file
+      // (a FIFO, socket, device) is refused by open_files, as it would be when named or globbed.
       std::vector<std::string> files;
       for (const auto& e : fs::directory_iterator(path)) {
         const std::string name = e.path().filename().string();
-        if (!e.is_regular_file() || name.starts_with(".")) continue;
+        std::error_code dec;
+        if (name.starts_with(".") || e.is_directory(dec)) continue;
         if (format == "megatron" && !name.ends_with(".idx")) continue;  // one entry per PREFIX
         files.push_back(e.path().string());
       }
       std::sort(files.begin(), files.end());
       if (files.empty()) bad(key, path, "the directory holds no data files");
+      refuse_mixed_splits(key, path, files);
       open_files(d, files, format, key);
     }
   } else if (fs::exists(path, ec) || fs::exists(path + ".idx", ec)) {

@@ -1,8 +1,11 @@
 #include "engine/data/token_shard.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
+
+#include "engine/util/crc32c.hpp"
 
 namespace loom {
 namespace {
@@ -16,17 +19,48 @@ T read_at(const MappedFile& f, size_t off) {
   return v;
 }
 
-std::string hex_prefix(const MappedFile& f, size_t n) {
+// The first `n` bytes of a file, for "wrong magic" messages: as quoted text when they are printable
+// ASCII (NUL written \0), otherwise as hex.
+std::string magic_of(const MappedFile& f, size_t n) {
   static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < std::min(n, f.size()); ++i) {
-    s += d[f.data()[i] >> 4];
-    s += d[f.data()[i] & 15];
+  const size_t m = std::min(n, f.size());
+  if (m == 0) return "(empty file)";
+  bool text = true;
+  for (size_t i = 0; i < m; ++i) text = text && (f.data()[i] == 0 || (f.data()[i] >= 0x20 && f.data()[i] < 0x7f));
+  std::string s = text ? "\"" : "0x";
+  for (size_t i = 0; i < m; ++i) {
+    const unsigned char c = f.data()[i];
+    if (!text) s += d[c >> 4], s += d[c & 15];
+    else if (c == 0) s += "\\0";
+    else if (c == '"' || c == '\\') s += '\\', s += char(c);
+    else s += char(c);
   }
-  return s.empty() ? "(empty file)" : s;
+  if (text) s += '"';
+  if (m < n) s += " (the file is only " + std::to_string(f.size()) + " bytes)";
+  return s;
+}
+
+// a * b + c, or false if it does not fit in 64 bits.
+bool checked_muladd(uint64_t a, uint64_t b, uint64_t c, uint64_t& out) {
+  return !__builtin_mul_overflow(a, b, &out) && !__builtin_add_overflow(out, c, &out);
 }
 
 }  // namespace
+
+uint32_t file_crc32c(const MappedFile& f) {
+  // Pieces of 16 MiB checksummed by all threads, combined in file order.
+  constexpr size_t piece = size_t(16) << 20;
+  const size_t n = f.size(), pieces = (n + piece - 1) / piece;
+  if (pieces <= 1) return crc32c(f.data(), n);
+  std::vector<uint32_t> crc(pieces);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < pieces; ++i) crc[i] = crc32c(f.data() + i * piece, std::min(piece, n - i * piece));
+  uint32_t whole = crc[0];
+  const Crc32cAppender append(piece);
+  for (size_t i = 1; i < pieces; ++i)
+    whole = i + 1 < pieces ? append(whole, crc[i]) : crc32c_combine(whole, crc[i], n - i * piece);
+  return whole;
+}
 
 uint32_t TokenShard::max_token() const {
   uint32_t mx = 0;
@@ -37,8 +71,11 @@ uint32_t TokenShard::max_token() const {
 
 TokenShard open_loom_shard(const std::string& path) {
   auto f = std::make_shared<MappedFile>(path);
-  if (f->size() < kLoomShardHeader || std::memcmp(f->data(), kLoomShardMagic, 8) != 0)
-    bad(path, "not a Loom token shard: magic " + hex_prefix(*f, 8) + ", expected \"LOOMTOKS\"");
+  if (f->size() < 8 || std::memcmp(f->data(), kLoomShardMagic, 8) != 0)
+    bad(path, "not a Loom token shard: magic " + magic_of(*f, 8) + ", expected \"LOOMTOKS\"");
+  if (f->size() < kLoomShardHeader)
+    bad(path, "truncated Loom shard: " + std::to_string(f->size()) + " bytes, the header alone needs " +
+                  std::to_string(kLoomShardHeader));
   const uint32_t version = read_at<uint32_t>(*f, 8);
   if (version != 1) bad(path, "Loom shard version " + std::to_string(version) + ", this build reads version 1");
   TokenShard s;
@@ -47,7 +84,12 @@ TokenShard open_loom_shard(const std::string& path) {
   s.vocab_size = read_at<uint32_t>(*f, 24);
   if (s.token_bytes != 1 && s.token_bytes != 2 && s.token_bytes != 4)
     bad(path, "header says " + std::to_string(s.token_bytes) + " bytes per token, expected 1, 2 or 4");
-  const size_t expect = kLoomShardHeader + s.count * size_t(s.token_bytes);
+  uint64_t expect = 0;
+  if (!checked_muladd(s.count, uint64_t(s.token_bytes), kLoomShardHeader, expect))
+    bad(path, "the header's token count " + std::to_string(s.count) + " is impossible for a file of " +
+                  std::to_string(f->size()) + " bytes (at " + std::to_string(s.token_bytes) +
+                  " bytes per token it would hold at most " +
+                  std::to_string((f->size() - kLoomShardHeader) / uint64_t(s.token_bytes)) + " tokens)");
   if (f->size() != expect)
     bad(path, "truncated or padded: " + std::to_string(f->size()) + " bytes, the header's " + std::to_string(s.count) +
                   " tokens need " + std::to_string(expect));
@@ -87,7 +129,7 @@ TokenShard open_megatron_dataset(const std::string& prefix) {
   static const char magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
   constexpr size_t fixed = 9 + 8 + 1 + 8 + 8;
   if (idx.size() < fixed || std::memcmp(idx.data(), magic, 9) != 0)
-    bad(idx_path, "not a Megatron index: magic " + hex_prefix(idx, 9) + ", expected \"MMIDIDX\\0\\0\"");
+    bad(idx_path, "not a Megatron index: magic " + magic_of(idx, 9) + ", expected \"MMIDIDX\\0\\0\"");
   const uint64_t version = read_at<uint64_t>(idx, 9);
   if (version != 1) bad(idx_path, "index version " + std::to_string(version) + ", expected 1");
   const uint8_t code = idx.data()[17];
@@ -100,24 +142,32 @@ TokenShard open_megatron_dataset(const std::string& prefix) {
     default: bad(idx_path, "token dtype code " + std::to_string(code) + " is not an integer type Loom reads (1, 3, 4, 8)");
   }
   const uint64_t nseq = read_at<uint64_t>(idx, 18), ndoc = read_at<uint64_t>(idx, 26);
-  const size_t expect_idx = fixed + nseq * 4 + nseq * 8 + ndoc * 8;
+  // Counts from the file: compute the size they imply without overflow (a wrapped sum could match
+  // the file's size and send the reads below past its end).
+  uint64_t expect_idx = 0;
+  if (!checked_muladd(nseq, 12, fixed, expect_idx) || !checked_muladd(ndoc, 8, expect_idx, expect_idx))
+    bad(idx_path, "the index's counts (" + std::to_string(nseq) + " sequences, " + std::to_string(ndoc) +
+                      " document entries) are impossible for a file of " + std::to_string(idx.size()) + " bytes");
   if (idx.size() != expect_idx)
     bad(idx_path, "truncated or padded: " + std::to_string(idx.size()) + " bytes, " + std::to_string(nseq) +
                       " sequences and " + std::to_string(ndoc) + " document entries need " + std::to_string(expect_idx));
   // Pointers must be the running byte offsets of the sequences, as Megatron writes them.
-  uint64_t total = 0;
+  uint64_t total = 0, offset = 0;  // tokens, and bytes (checked against 2^63: pointers are int64)
   for (uint64_t i = 0; i < nseq; ++i) {
     const int32_t len = read_at<int32_t>(idx, fixed + 4 * i);
     const int64_t ptr = read_at<int64_t>(idx, fixed + 4 * nseq + 8 * i);
-    if (len < 0 || ptr != int64_t(total * bytes))
+    if (len < 0 || ptr != int64_t(offset))
       bad(idx_path, "sequence " + std::to_string(i) + " has length " + std::to_string(len) + " and pointer " +
-                        std::to_string(ptr) + ", expected pointer " + std::to_string(total * bytes));
+                        std::to_string(ptr) + ", expected pointer " + std::to_string(offset));
     total += uint64_t(len);
+    if (!checked_muladd(total, uint64_t(bytes), 0, offset) || offset > uint64_t(INT64_MAX))
+      bad(idx_path, "the sequence lengths add up to " + std::to_string(total) +
+                        " tokens, impossible for a .bin file (more than 2^63 bytes)");
   }
   auto bin = std::make_shared<MappedFile>(bin_path);
-  if (bin->size() != total * bytes)
+  if (bin->size() != offset)
     bad(bin_path, "truncated or padded: " + std::to_string(bin->size()) + " bytes, the index's " + std::to_string(total) +
-                      " tokens need " + std::to_string(total * bytes));
+                      " tokens need " + std::to_string(offset));
   TokenShard s;
   s.token_bytes = bytes;
   s.count = total;

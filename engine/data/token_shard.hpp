@@ -38,6 +38,9 @@ struct TokenShard {
   uint32_t max_token() const;  // parallel scan
 };
 
+// CRC-32C of a whole mapped file (pieces checksummed in parallel, then combined).
+uint32_t file_crc32c(const MappedFile& f);
+
 // Loom's own shard (docs/data.md): 64-byte header "LOOMTOKS", version, token bytes, count,
 // vocab size, eot id, max token id; then the tokens.
 constexpr char kLoomShardMagic[8] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', 'S'};
