@@ -1,0 +1,75 @@
+# The data guards from the CLI (docs/data.md): `loom prep` never overwrites a dataset in place
+# (refuses without --force; --force swaps the finished one in), `loom prep --check` finds a
+# flipped byte, training refuses a damaged shard, a FIFO (never blocking on it) and a prep
+# directory whose manifest.json was deleted. Each refusal exits 2 and names the file.
+source "$(dirname "$0")/common.sh"
+export OMP_NUM_THREADS=2
+cd "$WORK"
+python3 - <<'PY'
+with open("in.txt", "w") as f:
+    for i in range(400):
+        f.write(f"document {i}: " + "the quick brown fox jumps over the lazy dog. " * (1 + i % 5) + "\n%\n")
+PY
+# Runs a command that must fail with exit 2 and a message matching $1, within 20 s (no hang).
+refused() {
+  local want=$1; shift
+  set +e
+  timeout 20 "$@" > out.txt 2> err.txt; local rc=$?
+  set -e
+  [ "$rc" != 124 ] || fail "hung: $*"
+  [ "$rc" = 2 ] || fail "exited $rc, expected 2: $* ($(cat err.txt))"
+  grep -qF -- "$want" err.txt || fail "message lacks '$want': $(cat err.txt)"
+}
+prep=("$LOOM" prep --tokenizer byte --doc-separator % --val-fraction 0.1 --shard-tokens 20000)
+train=("$LOOM" train "$SRC/configs/tiny.yaml" --set train.steps=2 --set log.eval_every=0 --set log.dir="$WORK/run")
+
+# Issue 3: an existing dataset is kept unless --force; --force replaces it whole.
+"${prep[@]}" --out ds in.txt > /dev/null
+[ "$(ls -d ds* | tr '\n' ' ')" = "ds " ] || fail "prep left other directories: $(ls -d ds*)"
+sum_before=$(cat ds/* | md5sum)
+refused "already holds a prepared dataset (manifest.json, " "${prep[@]}" --out ds in.txt
+grep -qF -- "pass --force to replace it" err.txt || fail "no --force hint: $(cat err.txt)"
+[ "$(cat ds/* | md5sum)" = "$sum_before" ] || fail "a refused prep changed the dataset"
+mkdir notes && echo keep > notes/todo.txt
+refused "--out notes is not empty (1 entry, e.g. 'todo.txt')" "${prep[@]}" --out notes in.txt
+[ "$(cat notes/todo.txt)" = keep ] || fail "a refused prep touched notes/"
+"${prep[@]}" --out ds --force --seed 7 in.txt > force.out
+grep -qF "replaced the previous contents of ds" force.out || fail "--force did not say it replaced: $(cat force.out)"
+[ "$(ls -d ds* | tr '\n' ' ')" = "ds " ] || fail "--force left other directories: $(ls -d ds*)"
+grep -q '"seed": 7' ds/manifest.json || fail "--force did not write the new dataset"
+# A FIFO as input is refused, not read (CLI11's ExistingFile accepts it).
+mkfifo pipe.txt
+refused "pipe.txt is a FIFO (named pipe), not a regular file" "${prep[@]}" --out fifo_out pipe.txt
+[ ! -e fifo_out ] || fail "a refused prep created its output directory"
+
+# Issue 9: loom prep --check, and verification when training opens the directory.
+"$LOOM" prep --check ds > check.out || fail "--check of a fresh dataset failed: $(cat check.out)"
+grep -q "^OK       train train_000000.bin: " check.out || fail "no OK line: $(cat check.out)"
+grep -q "all [0-9]* shards OK" check.out || fail "no summary: $(cat check.out)"
+refused "--check DIR verifies an existing prepared directory: it takes no input files, --out or --force" \
+  "$LOOM" prep --check ds in.txt
+refused "manifest.json not found" "$LOOM" prep --check notes
+printf '\x7f' | dd of=ds/train_000001.bin bs=1 seek=200 conv=notrunc status=none
+set +e
+"$LOOM" prep --check ds > check.out; rc=$?
+set -e
+[ "$rc" = 1 ] || fail "--check of a damaged dataset exited $rc, expected 1"
+grep -q "^DAMAGED  train train_000001.bin: CRC-32C 0x[0-9a-f]*, the manifest records 0x" check.out ||
+  fail "no DAMAGED line: $(cat check.out)"
+grep -q "1 of [0-9]* shards damaged" check.out || fail "no damage summary: $(cat check.out)"
+refused "train_000001.bin: CRC-32C mismatch: the file's is 0x" "${train[@]}" --set data.train="$WORK/ds" --set data.val=""
+
+# Issue 7: data.train / data.val naming a FIFO fail at once.
+mkfifo pipe.bin
+refused "data.train=$WORK/pipe.bin: $WORK/pipe.bin is a FIFO (named pipe), not a regular file" \
+  "${train[@]}" --set data.train="$WORK/pipe.bin" --set data.val=""
+"${prep[@]}" --out ok in.txt > /dev/null
+refused "data.val=$WORK/pipe.bin" "${train[@]}" --set data.train="$WORK/ok" --set data.val="$WORK/pipe.bin"
+
+# Issue 10: a prep directory without manifest.json is not read as one split.
+rm ok/manifest.json
+refused "manifest.json is missing" "${train[@]}" --set data.train="$WORK/ok" --set data.val=""
+# Named explicitly, it trains.
+"${train[@]}" --set data.train="$WORK/ok/train_*.bin" --set data.val="$WORK/ok/val_*.bin" > /dev/null ||
+  fail "explicit globs of a manifest-less prep directory did not train"
+echo PASS
