@@ -11,6 +11,10 @@ int cmd_config(const RecipeArgs& a, int world, bool keys) {
     std::fputs(recipe_key_table().c_str(), stdout);
     return 0;
   }
+  if (world < 1) {  // --world 0 divided by zero (SIGFPE); a negative one printed negative products
+    std::fprintf(stderr, "loom: error: --world %d: the number of ranks must be at least 1\n", world);
+    return 2;
+  }
   try {
     Recipe r = load_recipe(a.recipe, a.sets);
     resolve_world(r, world);

@@ -330,8 +330,14 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
 void resolve_world(Recipe& r, int world) {
   auto& p = r.parallel;
   const std::string src = r.source;
+  // Every caller passes a launcher's or a user's number: 0 or less would divide by zero below.
+  if (world < 1)
+    throw ConfigError(src + ": the world must have at least 1 rank, not " + std::to_string(world));
   r.world = world;
   const int model_ranks = p.tp * p.pp;
+  if (p.tp < 1 || p.pp < 1 || p.dp < 0)
+    throw ConfigError(src + ": " + kv(r, "parallel.tp") + ", " + kv(r, "parallel.pp") + " and " + kv(r, "parallel.dp") +
+                      " must be at least 1 (dp: or auto)");
   if (p.dp == 0) {
     if (world % model_ranks != 0)
       throw ConfigError(src + ": the world has " + std::to_string(world) + " ranks, not divisible by " +
