@@ -55,7 +55,13 @@ int main(int argc, char** argv) {
                        "a line equal to this separates documents (default: each file is one document)"),
       prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")->capture_default_str(),
       prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str()};
-  for (auto* opt : prep_only) prep_check->excludes(opt);
+  prep->callback([prep_check, prep_only] {
+    if (!prep_check->count()) return;
+    for (auto* opt : prep_only)
+      if (opt->count())
+        throw CLI::ValidationError("--check DIR verifies an existing prepared directory: " + opt->get_name() +
+                                   " applies to preparing one");
+  });
 
   CLI::App* ckpt = app.add_subcommand("ckpt", "checkpoints: inspect");
   ckpt->require_subcommand(1);
