@@ -20,4 +20,10 @@ tmp="$out.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$(dirname "$out")"
 "$loom" prep --tokenizer byte --doc-separator % --val-fraction 0.05 --out "$tmp" "${files[@]}"
-mv -T "$tmp" "$out" 2>/dev/null || true   # another caller won the race: theirs is identical
+# Another caller may have won the race (theirs is identical); anything else already at $out is
+# left alone, never replaced, but said.
+if ! mv -T "$tmp" "$out" 2>/dev/null && [ ! -s "$out/manifest.json" ]; then
+  echo "prepare_fortunes.sh: $out exists but holds no manifest.json (not a complete loom prep output); left as it" \
+       "is: remove it, or run: $loom prep --force --out $out ..." >&2
+  exit 2
+fi
