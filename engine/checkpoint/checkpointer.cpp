@@ -1,13 +1,18 @@
 #include "engine/checkpoint/checkpointer.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <numeric>
+#include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +20,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/checkpoint/checkpoint_catalog.hpp"
 #include "engine/checkpoint/h5_tensor_file.hpp"
 #include "engine/checkpoint/slice_checksum.hpp"
 #include "engine/config/recipe_io.hpp"
@@ -29,11 +35,7 @@ namespace {
 
 constexpr const char* kFile = "model.h5";
 
-std::string step_name(int64_t step) {
-  char b[32];
-  std::snprintf(b, sizeof b, "step_%08lld", (long long)step);
-  return b;
-}
+std::string step_name(int64_t step) { return checkpoint_name(step); }
 
 // The CRC-32C of each dataset's byte range (the datasets are contiguous), read from the file in
 // 4 MiB blocks. Saves and loads do not need it (they checksum the slices in memory,
@@ -125,6 +127,28 @@ bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coo
   return coord.dp == owner_dp && (p.split != TpSplit::Replicated || coord.tp == 0) && (p.name != "wte" || first_stage);
 }
 
+// The first rank's error ("" if none), on every rank of `comm`, prefixed with that rank.
+std::string first_error(const std::string& mine, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  int me = mine.empty() ? INT32_MAX : rank, first = INT32_MAX;
+  MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == INT32_MAX) return "";
+  int len = rank == first ? int(mine.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, first, comm);
+  std::string out(size_t(len), '\0');
+  if (rank == first) out = mine;
+  if (len) MPI_Bcast(out.data(), len, MPI_CHAR, first, comm);
+  return "rank " + std::to_string(first) + ": " + out;
+}
+
+// Free bytes for an unprivileged writer on the filesystem holding `dir` (-1 if unknown).
+int64_t free_bytes(const std::string& dir) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return -1;
+  return int64_t(v.f_bavail) * int64_t(v.f_frsize);
+}
+
 std::string bcast_string(const std::string& s, MPI_Comm comm) {
   int len = int(s.size());
   MPI_Bcast(&len, 1, MPI_INT, 0, comm);
@@ -139,7 +163,9 @@ std::string bcast_string(const std::string& s, MPI_Comm comm) {
 }  // namespace
 
 struct Checkpointer::Snapshot {
-  int64_t steps_done = 0, loader_next_step = 0;
+  int64_t steps_done = 0;
+  SavedDataPosition data;
+  StateHealth health;
   HostBuffer<float> params, m, v;  // host copies, the model's flat layout on this rank
 };
 
@@ -147,6 +173,31 @@ Checkpointer::Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups
                            parallel::GradSync& sync)
     : r_(recipe), groups_(groups), model_(model), optim_(optim), sync_(sync) {
   MPI_Comm_dup(groups.world().comm(), &io_comm_);
+  if (r_.checkpoint.dir.empty()) return;
+  // Before any training: checkpoint.dir is this job's alone (a lock on rank 0, which alone
+  // renames and prunes), and every rank can create files in it (each writes its own slices of
+  // model.h5), so that a bad directory is not found at the first save, after that much training.
+  MPI_Comm world = groups.world().comm();
+  const fs::path dir = r_.checkpoint.dir;
+  std::string error;
+  if (groups.world_rank() == 0) {
+    try {
+      lock_ = DirLock::acquire(dir.string(), "checkpoint.dir");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (error = bcast_string(error, world); !error.empty()) throw std::runtime_error(error);
+  const fs::path probe = dir / (".loom_write_probe." + std::to_string(groups.world_rank()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    error = "checkpoint.dir=" + dir.string() + ": cannot create files there (" + std::strerror(errno) +
+            "); every rank writes its part of each checkpoint";
+  } else {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  if (error = first_error(error, world); !error.empty()) throw std::runtime_error(error);
 }
 
 Checkpointer::~Checkpointer() {
@@ -162,7 +213,7 @@ void Checkpointer::wait() {
   if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
 }
 
-double Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
+double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, const StateHealth& health) {
   auto t0 = std::chrono::steady_clock::now();
   wait();
   // Host copies of this rank's parameters and full (un-sharded) Adam moments.
@@ -171,7 +222,8 @@ double Checkpointer::save(int64_t steps_done, int64_t loader_next_step) {
   if (!snapshot_) snapshot_ = std::make_shared<Snapshot>();
   std::shared_ptr<Snapshot> snap = snapshot_;
   snap->steps_done = steps_done;
-  snap->loader_next_step = loader_next_step;
+  snap->data = data;
+  snap->health = health;
   const size_t n = model_.table().total();
   snap->params.resize(n);
   snap->m.resize(n);
@@ -205,11 +257,27 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
   const fs::path root = r_.checkpoint.dir;
   const fs::path partial = root / (step_name(steps_done) + ".partial");
   const fs::path final_dir = root / step_name(steps_done);
+  const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());
+  const std::vector<uint64_t> bytes_of = dataset_bytes(tensors);
+  // Every parameter finite on every rank: part of what makes a state clean (retention keeps the
+  // last clean checkpoint however many saves follow).
+  int finite = 1;
+  for (size_t i = 0, n = snap.params.size(); i < n && finite; ++i) finite = std::isfinite(snap.params.data()[i]);
+  MPI_Allreduce(MPI_IN_PLACE, &finite, 1, MPI_INT, MPI_MIN, world);
   std::string error;
   if (rank == 0) {
     try {
       fs::create_directories(root);
       fs::remove_all(partial);  // leftovers of a save that died
+      // A full disk is reported before anything is written (the file is the datasets plus a
+      // little HDF5 metadata); a disk that fills during the write is reported by the write.
+      uint64_t need = 0;
+      for (uint64_t b : bytes_of) need += b;
+      const int64_t avail = free_bytes(root.string());
+      if (avail >= 0 && uint64_t(avail) < need)
+        throw std::runtime_error(root.string() + ": No space left on device: this checkpoint needs " +
+                                 std::to_string(need / 1000000 + 1) + " MB, the filesystem has " +
+                                 std::to_string(avail / 1000000) + " MB free (older checkpoints are intact)");
       fs::create_directories(partial);
     } catch (const std::exception& e) {
       error = std::string("checkpoint.dir: ") + e.what();
@@ -218,11 +286,11 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
   if (error = bcast_string(error, world); !error.empty()) throw std::runtime_error(error);
   const ParamTable& table = model_.table();
   const auto coord = groups_.coord();
-  const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());
-  const std::vector<uint64_t> bytes_of = dataset_bytes(tensors);
   const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);
   SliceChecksums sums;  // of what this rank writes, taken from memory as it is written
   {
+    // A failed write (a full disk) does not throw here: every rank must go on making the same
+    // collective HDF5 calls; the ranks agree on the first error once the file is closed.
     H5TensorFile f = H5TensorFile::create((partial / kFile).string(), world);
     for (size_t t = 0; t < tensors.size(); ++t) {
       const GlobalTensor& g = tensors[t];
@@ -231,13 +299,22 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
       const float* data[3] = {snap.params.data(), snap.m.data(), snap.v.data()};
       for (int gi = 0; gi < 3; ++gi) {
         const bool writer = mine && canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)], model_.stage().first);
-        f.write(kGroups[gi] + g.name, g.shape, writer ? &s : nullptr, writer ? data[gi] + mine->offset : nullptr);
+        std::string bad = f.write(kGroups[gi] + g.name, g.shape, writer ? &s : nullptr,
+                                  writer ? data[gi] + mine->offset : nullptr);
+        if (error.empty()) error = std::move(bad);
         if (writer) sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, data[gi] + mine->offset);
       }
     }
     f.set_attr("loom_checkpoint_version", "1");
     f.set_attr("step", std::to_string(steps_done));
-    f.close();
+    if (std::string bad = f.close_checked(); error.empty()) error = std::move(bad);
+  }
+  if (error = first_error(error, world); !error.empty()) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(partial, ec);  // ours, incomplete, and taking the space a retry needs
+    }
+    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
   }
   std::vector<uint32_t> dataset_crc;
   try {
@@ -263,36 +340,60 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
       for (size_t i = 0; i < extents.size(); ++i)
         datasets.push_back({{"name", extents[i].name}, {"offset", extents[i].offset}, {"bytes", extents[i].bytes},
                             {"crc32c", dataset_crc[i]}});
-      nlohmann::json man = {{"format", "loom-checkpoint"},
-                            {"version", 1},
-                            {"step", steps_done},
-                            {"loader", {{"next_step", snap.loader_next_step}}},
-                            {"files", {{{"name", kFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}}}},
-                            {"layout",
-                             {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp},
-                              {"zero", r_.parallel.zero}, {"world", r_.world}}},
-                            {"model",
-                             {{"n_layer", r_.model.n_layer}, {"n_head", r_.model.n_head},
-                              {"d_model", r_.model.d_model}, {"vocab_size", r_.model.vocab_size},
-                              {"seq_len", r_.model.seq_len}}},
-                            {"rng", "none: initialisation is counter-based and sampling a pure function of "
-                                    "(train.seed, position); the loader state is loader.next_step"},
-                            {"loom_version", LOOM_VERSION},
-                            {"git_commit", LOOM_GIT_COMMIT},
-                            {"recipe", recipe_to_yaml(r_)}};
+      const StateHealth& h = snap.health;
+      const bool clean = finite && h.first_bad_step < 0;
+      nlohmann::json man = {
+          {"format", "loom-checkpoint"},
+          {"version", 1},
+          {"step", steps_done},
+          {"loader",
+           {{"next_step", snap.data.loader.next_step},
+            {"next_sample", snap.data.loader.next_sample},
+            {"seed", snap.data.seed},
+            {"global_batch", snap.data.global_batch},
+            {"samples_per_epoch", snap.data.samples_per_epoch}}},
+          {"health",
+           {{"clean", clean},
+            {"loss", std::isfinite(h.loss) ? nlohmann::json(h.loss) : nlohmann::json(nullptr)},
+            {"params_finite", bool(finite)},
+            {"first_bad_step", h.first_bad_step >= 0 ? nlohmann::json(h.first_bad_step) : nlohmann::json(nullptr)}}},
+          {"files", {{{"name", kFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}}}},
+          {"layout",
+           {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero},
+            {"world", r_.world}}},
+          {"model",
+           {{"n_layer", r_.model.n_layer}, {"n_head", r_.model.n_head}, {"d_model", r_.model.d_model},
+            {"vocab_size", r_.model.vocab_size}, {"seq_len", r_.model.seq_len}}},
+          {"rng", "none: initialisation is counter-based and sampling a pure function of "
+                  "(train.seed, position); the loader state is loader.next_sample"},
+          {"loom_version", LOOM_VERSION},
+          {"git_commit", LOOM_GIT_COMMIT},
+          {"recipe", recipe_to_yaml(r_)}};
       write_file_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
-      fs::remove_all(final_dir);  // an older save of the same step
+      if (fs::exists(final_dir)) {
+        // A checkpoint of the same step from an earlier history (this run resumed from an older
+        // one): replaced by the state this run reached, and said so.
+        std::printf("loom: replacing %s (an earlier save of step %lld) with this run's\n", final_dir.string().c_str(),
+                    (long long)steps_done);
+        fs::remove_all(final_dir);
+      }
       fs::rename(partial, final_dir);
       fsync_path(root.string());
       write_file_atomically((root / "latest").string(), step_name(steps_done) + "\n");
       const double complete_s = seconds_since(t0);
-      // Prune only now that a newer complete checkpoint exists.
-      auto all = list_checkpoints(root.string());
-      for (size_t i = 0; i + size_t(r_.checkpoint.keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+      // Prune only now that a newer complete checkpoint exists, and only what retention allows.
+      const CheckpointCatalog catalog = scan_checkpoints(root.string());
+      const Retention keep = plan_retention(catalog, r_.checkpoint.keep_last);
+      for (const std::string& p : keep.prune) fs::remove_all(p);
       std::printf("loom: saved checkpoint %s (%.1f MB complete in %.2f s, %.2f GB/s: data written in %.2f s, fsync "
-                  "%.2f s, checksums, manifest and rename %.2f s; older ones pruned in %.2f s)%s\n",
+                  "%.2f s, checksums, manifest and rename %.2f s; older ones pruned in %.2f s)%s%s\n",
                   final_dir.string().c_str(), bytes / 1e6, complete_s, bytes / 1e9 / complete_s, data_s, fsync_s,
-                  complete_s - data_s - fsync_s, seconds_since(t0) - complete_s, r_.checkpoint.async ? " [async]" : "");
+                  complete_s - data_s - fsync_s, seconds_since(t0) - complete_s, r_.checkpoint.async ? " [async]" : "",
+                  clean ? "" : " [not clean: saved after the run went non-finite or diverged]");
+      if (!keep.pinned.empty())
+        std::printf("loom: keeping %s beyond checkpoint.keep_last = %d: it is the last clean checkpoint, saved before "
+                    "the run went non-finite or diverged at step %lld\n",
+                    keep.pinned.c_str(), r_.checkpoint.keep_last, (long long)keep.pinned_reason_step);
       std::fflush(stdout);
     } catch (const std::exception& e) {
       error = e.what();
@@ -304,15 +405,24 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
     throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
 }
 
-// Rank 0: the candidates for checkpoint.resume, the one to try first first.
+// Rank 0: the candidates for checkpoint.resume, the one to try first first. Entries of
+// checkpoint.dir that are not usable checkpoints are named once, here.
 std::vector<std::string> Checkpointer::candidates_on_rank0() const {
   const std::string& how = r_.checkpoint.resume;
   if (how == "never") return {};
   if (how != "auto") return {how};
   if (r_.checkpoint.dir.empty()) return {};
-  auto all = list_checkpoints(r_.checkpoint.dir);
-  std::reverse(all.begin(), all.end());  // newest first
-  return all;
+  const CheckpointCatalog c = scan_checkpoints(r_.checkpoint.dir);
+  for (const std::string& line : c.ignored) std::fprintf(stderr, "loom: warning: %s\n", line.c_str());
+  return resume_order(c);
+}
+
+std::string Checkpointer::last_clean_checkpoint() const {
+  if (r_.checkpoint.dir.empty()) return "";
+  const CheckpointCatalog c = scan_checkpoints(r_.checkpoint.dir);
+  for (auto it = c.complete.rbegin(); it != c.complete.rend(); ++it)
+    if (it->clean) return it->path;
+  return "";
 }
 
 ResumePoint Checkpointer::resume() {
@@ -330,9 +440,22 @@ ResumePoint Checkpointer::resume() {
     std::string bad = bcast_string(rank0 ? precheck_checkpoint(path) : "", world);
     ResumePoint at;
     if (bad.empty()) bad = load(path, at);
-    if (bad.empty()) return at;
+    if (bad.empty()) {
+      if (rank0) {
+        at.last_clean = last_clean_checkpoint();
+        if (!at.clean)
+          std::fprintf(stderr,
+                       "loom: warning: %s was saved after the run went non-finite or diverged (first at step %lld); "
+                       "the last clean checkpoint is %s%s\n",
+                       path.c_str(), (long long)at.health.first_bad_step,
+                       at.last_clean.empty() ? "(none)" : at.last_clean.c_str(),
+                       at.last_clean.empty() ? "" : " (set checkpoint.resume to it to go back there)");
+      }
+      return at;
+    }
     if (how != "auto") throw std::runtime_error("checkpoint.resume=" + how + ": " + bad);
-    if (rank0) std::fprintf(stderr, "loom: checkpoint %s is damaged (%s); trying an older one\n", path.c_str(), bad.c_str());
+    if (rank0)
+      std::fprintf(stderr, "loom: checkpoint %s is damaged (%s); trying the next newest\n", path.c_str(), bad.c_str());
   }
   if (n > 0)
     throw std::runtime_error("checkpoint.dir=" + r_.checkpoint.dir + ": every checkpoint is damaged (see above); "
@@ -405,7 +528,19 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   if (bad = bcast_string(bad, world); !bad.empty()) return bad;
   at.path = dir;
   at.steps_done = man["step"].get<int64_t>();
-  at.loader_next_step = man["loader"]["next_step"].get<int64_t>();
+  const auto& loader = man["loader"];
+  at.data.loader.next_step = loader["next_step"].get<int64_t>();
+  at.data.loader.next_sample = loader.value("next_sample", int64_t(-1));
+  at.data.seed = loader.value("seed", int64_t(-1));
+  at.data.global_batch = loader.value("global_batch", int64_t(-1));
+  at.data.samples_per_epoch = loader.value("samples_per_epoch", int64_t(-1));
+  if (man.contains("health")) {
+    const auto& h = man["health"];
+    at.clean = h.value("clean", true);
+    if (h.contains("loss") && h["loss"].is_number()) at.health.loss = h["loss"].get<double>();
+    if (h.contains("first_bad_step") && h["first_bad_step"].is_number_integer())
+      at.health.first_bad_step = h["first_bad_step"].get<int64_t>();
+  }
   MPI_Barrier(world);  // the time below is the slowest rank's
   if (rank0) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -421,15 +556,7 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::string> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos &&
-        fs::exists(e.path() / "manifest.json"))
-      out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());  // zero-padded step numbers sort in step order
+  for (const CheckpointEntry& e : scan_checkpoints(dir).complete) out.push_back(e.path);
   return out;
 }
 
@@ -453,7 +580,15 @@ std::string verify_checkpoint(const std::string& ckpt) {
 
 std::string precheck_checkpoint(const std::string& ckpt) {
   const fs::path man_path = fs::path(ckpt) / "manifest.json";
-  if (!fs::exists(man_path)) return "no manifest.json: an incomplete checkpoint";
+  std::error_code ec;
+  if (!fs::exists(ckpt, ec)) return ckpt + ": no such directory";
+  if (!fs::is_directory(ckpt, ec)) return ckpt + ": not a directory (a checkpoint is a step_NNNNNNNN directory)";
+  if (!fs::exists(man_path)) {
+    if (!scan_checkpoints(ckpt).complete.empty())
+      return ckpt + " is a checkpoint.dir, not a checkpoint: name one of its step_NNNNNNNN directories, or use "
+                    "checkpoint.resume=auto with checkpoint.dir=" + ckpt;
+    return "no manifest.json: an incomplete or damaged checkpoint";
+  }
   try {
     const nlohmann::json man = nlohmann::json::parse(std::ifstream(man_path));
     const auto& files = man.at("files");
@@ -485,6 +620,7 @@ std::string inspect_checkpoint(const std::string& ckpt) {
   if (std::string bad = verify_checkpoint(ckpt); !bad.empty()) throw std::runtime_error(ckpt + ": " + bad);
   nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
   os << "checkpoint " << ckpt << "\n  step " << man["step"] << ", loader next step " << man["loader"]["next_step"]
+     << ", health " << (man.contains("health") ? man["health"].dump() : std::string("(not recorded)"))
      << "\n  saved under " << man["layout"].dump() << "\n  model " << man["model"].dump() << "\n  loom "
      << man["loom_version"].get<std::string>() << " commit " << man["git_commit"].get<std::string>() << "\n";
   const auto& mm = man["model"];

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "engine/config/recipe.hpp"
+#include "engine/data/data_loader.hpp"
+#include "engine/util/dir_lock.hpp"
 #include "engine/model/gpt.hpp"
 #include "engine/optim/adamw.hpp"
 #include "parallel/grad_sync.hpp"
@@ -26,10 +28,29 @@
 
 namespace loom {
 
+// The state's health, recorded in the manifest and used by retention (checkpoint_catalog.hpp).
+struct StateHealth {
+  double loss = 0;              // the last step's loss
+  int64_t first_bad_step = -1;  // the first step (1-based) of the run's history whose loss or
+                                // gradient norm was non-finite or whose loss diverged; -1: none
+};
+
+// Where the data stream stood, and what it was drawn with: a resume under another seed, global
+// batch or dataset is checked against it (engine/train/resume_data.hpp).
+struct SavedDataPosition {
+  LoaderState loader;               // next_sample < 0: an older checkpoint that did not record it
+  int64_t seed = -1;                // -1: not recorded
+  int64_t global_batch = -1;
+  int64_t samples_per_epoch = -1;
+};
+
 struct ResumePoint {
   std::string path;        // the checkpoint directory loaded ("" if training starts fresh)
   int64_t steps_done = 0;  // optimizer steps already taken
-  int64_t loader_next_step = 0;
+  SavedDataPosition data;
+  StateHealth health;
+  bool clean = true;        // the manifest's health.clean
+  std::string last_clean;   // the newest clean checkpoint in checkpoint.dir ("" if none), rank 0
 };
 
 class Checkpointer {
@@ -42,12 +63,15 @@ class Checkpointer {
   // checkpoint.async the state is copied to host memory here and written by a background thread
   // (over its own communicator) while training continues; a second save first waits for the
   // first. Returns the seconds the caller was held up.
-  double save(int64_t steps_done, int64_t loader_next_step);
+  double save(int64_t steps_done, const SavedDataPosition& data, const StateHealth& health);
   // Waits for a save in flight (rethrows its error). Collective in effect: every rank calls it.
   void wait();
-  // Collective. Chooses the checkpoint per checkpoint.resume (auto: the newest complete one that
-  // verifies, falling back past damaged ones with a message naming them) and loads it.
+  // Collective. Chooses the checkpoint per checkpoint.resume (auto: the one `latest` names, then
+  // the newest complete one that verifies, falling back past damaged ones with a message naming
+  // them) and loads it.
   ResumePoint resume();
+  // Rank 0: the newest clean checkpoint in checkpoint.dir ("" if none), for messages.
+  std::string last_clean_checkpoint() const;
 
  private:
   struct Snapshot;
@@ -67,10 +91,12 @@ class Checkpointer {
   std::exception_ptr writer_error_;
   std::shared_ptr<Snapshot> in_flight_;
   std::shared_ptr<Snapshot> snapshot_;  // host buffers kept between saves
+  DirLock lock_;                         // rank 0: checkpoint.dir is this job's alone
 };
 
 // Rank-0 helpers, also used by `loom ckpt`.
-// Complete checkpoints (those with a manifest) in `dir`, oldest first.
+// Complete checkpoints in `dir` (Loom's names, with a manifest of the same step), oldest step
+// first; what else is there is ignored (checkpoint_catalog.hpp).
 std::vector<std::string> list_checkpoints(const std::string& dir);
 // "" if the checkpoint's manifest is present and every file it lists has its size and CRC-32C;
 // otherwise what is wrong.

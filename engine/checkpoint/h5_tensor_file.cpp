@@ -12,6 +12,37 @@ namespace {
   throw std::runtime_error(path + ": " + what);
 }
 
+// HDF5 prints its whole error stack (30 lines of HDF5-DIAG for a full disk) unless told not to;
+// Loom reports one line instead, with the reason found in the stack. Per thread in thread-safe
+// builds: called wherever a file is created or opened.
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+// The system's reason for the error now on this thread's HDF5 error stack: the deepest
+// description that carries an errno or an MPI error string (HDF5 writes "errno = 28, error
+// message = 'No space left on device'"; MPI-IO "MPI error string is 'No space left on
+// device'"), else the deepest description. Clears the stack.
+std::string hdf5_reason() {
+  std::string deepest, system;
+  auto walk = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+    auto* out = static_cast<std::pair<std::string, std::string>*>(data);
+    const std::string desc = e->desc ? e->desc : "";
+    if (!desc.empty()) out->first = desc;
+    for (const char* key : {"error message = '", "MPI error string is '"})
+      if (auto at = desc.find(key); at != std::string::npos) {
+        const size_t from = at + std::string(key).size();
+        out->second = desc.substr(from, desc.find('\'', from) - from);
+      }
+    return 0;
+  };
+  std::pair<std::string, std::string> found;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &found);
+  H5Eclear2(H5E_DEFAULT);
+  deepest = found.first;
+  system = found.second;
+  if (!system.empty()) return system;
+  return deepest.empty() ? "unknown HDF5 error" : deepest;
+}
+
 hid_t file_access(MPI_Comm comm) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
@@ -56,14 +87,16 @@ hsize_t select(hid_t space, const std::vector<int64_t>& shape, const TensorSlice
 }  // namespace
 
 H5TensorFile H5TensorFile::create(const std::string& path, MPI_Comm comm) {
+  quiet_hdf5();
   hid_t fapl = file_access(comm);
   hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (f < 0) fail(path, "cannot create the HDF5 file");
+  if (f < 0) fail(path, "cannot create the HDF5 file: " + hdf5_reason());
   return H5TensorFile(f, path);
 }
 
 H5TensorFile H5TensorFile::open(const std::string& path, MPI_Comm comm) {
+  quiet_hdf5();
   hid_t fapl = file_access(comm);
   hid_t f = -1;
   H5E_BEGIN_TRY { f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); }
@@ -101,8 +134,15 @@ void H5TensorFile::close() {
   file_ = -1;
 }
 
-void H5TensorFile::write(const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice,
-                         const float* data) {
+std::string H5TensorFile::close_checked() {
+  if (file_ < 0) return "";
+  const herr_t rc = H5Fclose(hid_t(file_));
+  file_ = -1;
+  return rc < 0 ? path_ + ": closing the file failed: " + hdf5_reason() : "";
+}
+
+std::string H5TensorFile::write(const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice,
+                                const float* data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   hid_t space = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
   // Contiguous layout, no filter: parallel HDF5 1.10's collective write of chunked (and so of
@@ -117,7 +157,10 @@ void H5TensorFile::write(const std::string& name, const std::vector<int64_t>& sh
   hid_t dset = H5Dcreate2(hid_t(file_), name.c_str(), H5T_NATIVE_FLOAT, space, lcpl, dcpl, H5P_DEFAULT);
   H5Pclose(lcpl);
   H5Pclose(dcpl);
-  if (dset < 0) fail(path_, "cannot create dataset " + name);
+  if (dset < 0) {
+    H5Sclose(space);
+    return path_ + ": creating dataset " + name + " failed: " + hdf5_reason();
+  }
   const hsize_t n = select(space, shape, slice);
   hsize_t mdim[1] = {std::max<hsize_t>(n, 1)};
   hid_t mem = H5Screate_simple(1, mdim, nullptr);
@@ -128,7 +171,7 @@ void H5TensorFile::write(const std::string& name, const std::vector<int64_t>& sh
   H5Sclose(mem);
   H5Sclose(space);
   H5Dclose(dset);
-  if (rc < 0) fail(path_, "writing dataset " + name + " failed");
+  return rc < 0 ? path_ + ": writing dataset " + name + " failed: " + hdf5_reason() : "";
 }
 
 std::vector<int64_t> H5TensorFile::shape_of(const std::string& name) {

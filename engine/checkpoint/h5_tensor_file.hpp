@@ -41,9 +41,12 @@ class H5TensorFile {
   H5TensorFile(const H5TensorFile&) = delete;
   H5TensorFile& operator=(const H5TensorFile&) = delete;
 
-  // Creates dataset `name` (e.g. "params/h.0.ln1.weight") of `shape` and writes this rank's
-  // slice from `data` (null slice: nothing). Attributes record the global shape.
-  void write(const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice, const float* data);
+  // Collective. Creates dataset `name` (e.g. "params/h.0.ln1.weight") of `shape` and writes this
+  // rank's slice from `data` (null slice: nothing). Returns "" or what failed on this rank, with
+  // the system's reason (e.g. "No space left on device"): it does not throw, because the other
+  // ranks go on to the next collective call and must not be left waiting in it.
+  std::string write(const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice,
+                    const float* data);
   // Reads this rank's slice into `data` (local layout; unstored rows zero-filled).
   void read(const std::string& name, const TensorSlice* slice, float* data);
   std::vector<int64_t> shape_of(const std::string& name);
@@ -51,6 +54,8 @@ class H5TensorFile {
   void set_attr(const std::string& key, const std::string& value);  // on the root group
   std::string attr(const std::string& key);
   void close();
+  // Collective. Closes (flushing the metadata); returns "" or what failed, as write() does.
+  std::string close_checked();
 
  private:
   H5TensorFile(int64_t file, std::string path) : file_(file), path_(std::move(path)) {}

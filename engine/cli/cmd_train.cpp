@@ -30,6 +30,33 @@ std::string command_line(int argc, char** argv) {
   }
   return out;
 }
+// The end-of-run lines (rank 0): what this session did, not the whole run's history.
+void print_summary(const TrainSummary& s, const Recipe& r, int status) {
+  const int64_t ran = s.steps - s.start_step;
+  if (ran <= 0) {
+    std::printf("loom: nothing to train: the run is at step %lld and train.steps is %lld (raise train.steps to train "
+                "on)\n",
+                (long long)s.steps, (long long)r.train.steps);
+    return;
+  }
+  if (!s.stopped_early.empty())
+    std::printf("loom: stopped at step %lld of %lld on %s; %s (exit status %d)\n", (long long)s.steps,
+                (long long)r.train.steps, s.stopped_early.c_str(),
+                status == kExitResumable ? "a checkpoint was saved: run the same command again to resume"
+                                         : "checkpoint.dir is not set, so nothing was saved: running again starts over",
+                status);
+  char val[48] = "";
+  if (s.final_val_loss >= 0) std::snprintf(val, sizeof val, ", val loss %.4f", s.final_val_loss);
+  char from[64] = "";
+  if (s.start_step > 0) std::snprintf(from, sizeof from, " (resumed at step %lld)", (long long)s.start_step);
+  char rate[64] = "";
+  if (s.tokens_per_s > 0) std::snprintf(rate, sizeof rate, ", %.0f tokens/s", s.tokens_per_s);
+  std::printf("loom: trained %lld steps this session, to step %lld%s, final loss %.4f%s%s, gradient reduction not "
+              "hidden: %.1f ms in all, checkpoint stalls %.1f ms in all\n",
+              (long long)ran, (long long)s.steps, from, s.final_loss, val, rate, s.comm_wait_s * 1e3,
+              s.checkpoint_stall_s * 1e3);
+}
+
 }  // namespace
 
 int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
@@ -65,22 +92,8 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   int status = 0;
   try {
     TrainSummary s = trainer->run();
-    if (!s.stopped_early.empty()) {
-      status = kExitResumable;
-      if (world.rank() == 0)
-        std::printf("loom: stopped at step %lld of %lld on %s; %s run the same command again to resume "
-                    "(exit status %d)\n",
-                    (long long)s.steps, (long long)r.train.steps, s.stopped_early.c_str(),
-                    r.checkpoint.dir.empty() ? "checkpoint.dir is not set, so nothing was saved;"
-                                             : "a checkpoint was saved;",
-                    kExitResumable);
-    }
-    if (world.rank() == 0)
-      std::printf("loom: trained %lld steps, final loss %.4f%s, %.0f tokens/s, gradient reduction not hidden: %.1f ms "
-                  "in all, checkpoint stalls %.1f ms in all\n",
-                  (long long)s.steps, s.final_loss,
-                  s.final_val_loss >= 0 ? (", val loss " + std::to_string(s.final_val_loss).substr(0, 6)).c_str() : "",
-                  s.tokens_per_s, s.comm_wait_s * 1e3, s.checkpoint_stall_s * 1e3);
+    status = exit_status(s);
+    if (world.rank() == 0) print_summary(s, r, status);
   } catch (const std::exception& e) {
     trainer->note_failure(e.what());  // run.json, where this rank is rank 0
     world.abort(e.what(), 1);

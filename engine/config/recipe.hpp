@@ -63,6 +63,7 @@ struct CheckpointConfig {
   int keep_last = 3;
   std::string resume = "auto";   // auto | never | PATH
   bool async = false;            // write in a background thread while training goes on
+  bool allow_changes = false;    // resume even though train.seed or the dataset changed
 };
 
 struct LogConfig {

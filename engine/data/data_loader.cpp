@@ -9,6 +9,8 @@ DataLoader::DataLoader(TokenDataset data, LoaderLayout layout, int prefetch_step
       index_(data_.shards, layout.seq_len),
       layout_(layout),
       depth_(size_t(std::max(1, prefetch_steps))),
+      start_step_(start.next_step),
+      start_sample_(start.next_sample >= 0 ? start.next_sample : start.next_step * int64_t(layout.global_batch())),
       consumed_(start.next_step),
       produced_(start.next_step) {
   worker_ = std::thread([this] { produce(); });
@@ -23,10 +25,14 @@ DataLoader::~DataLoader() {
   worker_.join();
 }
 
+int64_t DataLoader::first_sample(int64_t step) const {
+  return start_sample_ + (step - start_step_) * int64_t(layout_.global_batch());
+}
+
 StepBatch DataLoader::make(int64_t step) const {
   const int B = layout_.micro_batch, T = layout_.seq_len, M = layout_.micro_steps;
   const uint64_t GB = uint64_t(layout_.global_batch());
-  const uint64_t first = uint64_t(step) * GB + uint64_t(layout_.dp_rank) * (GB / layout_.dp);
+  const uint64_t first = uint64_t(first_sample(step)) + uint64_t(layout_.dp_rank) * (GB / layout_.dp);
   StepBatch b;
   b.step = step;
   b.tokens.resize(size_t(M) * B * T);

@@ -14,7 +14,9 @@
 namespace loom {
 
 struct LoaderState {
-  int64_t next_step = 0;  // the whole state: positions follow from it (see sampler.hpp)
+  int64_t next_step = 0;     // the next step's number
+  int64_t next_sample = -1;  // its first position in the sample stream (see sampler.hpp);
+                             // -1: next_step * global batch (a run whose global batch never changed)
 };
 
 struct StepBatch {
@@ -39,7 +41,7 @@ class DataLoader {
   // The next step's batch (blocks if it is not ready yet; that time is added to wait_seconds()).
   StepBatch next();
   // The state to save in a checkpoint: resuming from it yields the batches after the last next().
-  LoaderState state() const { return {consumed_}; }
+  LoaderState state() const { return {consumed_, first_sample(consumed_)}; }
   double wait_seconds() const { return wait_s_; }
   uint64_t samples_per_epoch() const { return index_.size(); }
   // The global sample id at position `p` of the stream (for tests and tools).
@@ -48,11 +50,16 @@ class DataLoader {
  private:
   void produce();
   StepBatch make(int64_t step) const;
+  // The stream position of step `step`'s first sample: steps are consecutive runs of global
+  // batches from where the loader started (a resumed run may have another global batch than the
+  // steps before it, so positions count samples, not steps).
+  int64_t first_sample(int64_t step) const;
 
   TokenDataset data_;
   SampleIndex index_;
   LoaderLayout layout_;
   size_t depth_;
+  int64_t start_step_, start_sample_;
   int64_t consumed_;
   int64_t produced_;
   double wait_s_ = 0;

@@ -1,20 +1,39 @@
 #pragma once
-// Stopping early and cleanly, for preemption and time limits. SIGUSR1 (what Slurm's
-// `--signal=USR1@N` sends ahead of a time limit; mpirun and srun forward it to the ranks) and
-// SIGTERM (what Slurm sends at the limit or on preemption) only set a flag here; the trainer
+// Stopping early and cleanly, for preemption, time limits and Ctrl-C. SIGUSR1 (what Slurm's
+// `--signal=USR1@N` sends ahead of a time limit; mpirun and srun forward it to the ranks),
+// SIGTERM (what Slurm sends at the limit or on preemption, and mpirun on its own SIGTERM or
+// Ctrl-C) and SIGINT (Ctrl-C of a rank run without a launcher) only set a flag here; the trainer
 // reads it at the next step boundary, the ranks agree on it, and the job saves a checkpoint and
-// exits with kExitResumable, which the batch templates turn into a requeue.
+// exits with kExitResumable, which the batch templates turn into a requeue. A second SIGINT or
+// SIGTERM ends the process at once (the default action): Ctrl-C twice always works.
+//
+// Exit statuses of `loom train` (docs/runs.md has the table):
+//   0   trained to train.steps or train.stop_at_step
+//   1   failed while training (the error is printed; run.json records it)
+//   2   refused before training: bad recipe, data, checkpoint, or a directory another job holds
+//   3   the communication watchdog aborted the job (a rank dead or stuck)
+//   4   stopped early (signal, train.max_minutes) with nothing saved: checkpoint.dir is not set,
+//       so running again starts over
+//   75  stopped early with a checkpoint of the last step saved: run the same command to resume
 #include <csignal>
+
+#include <cstdint>
 
 namespace loom {
 
-// Exit status of a run that stopped early with a checkpoint and can be resumed (sysexits'
-// EX_TEMPFAIL: "try again later").
-constexpr int kExitResumable = 75;
+constexpr int kExitResumable = 75;  // sysexits' EX_TEMPFAIL: "try again later"
+constexpr int kExitStoppedNothingSaved = 4;
 
 namespace detail {
 inline volatile std::sig_atomic_t g_stop_signal = 0;
-inline void on_stop_signal(int sig) { g_stop_signal = sig; }
+inline void on_stop_signal(int sig) {
+  if (g_stop_signal && sig != SIGUSR1) {  // asked twice: stop now (async-signal-safe calls only)
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
 }  // namespace detail
 
 inline void install_stop_signals() {
@@ -24,9 +43,19 @@ inline void install_stop_signals() {
   sa.sa_flags = SA_RESTART;  // a signal must not fail a read or an MPI call in progress
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
-// 0, or the signal received (SIGUSR1, SIGTERM).
+// 0, or the signal received (SIGUSR1, SIGTERM, SIGINT).
 inline int stop_signal() { return detail::g_stop_signal; }
+
+inline const char* stop_signal_name() {
+  switch (stop_signal()) {
+    case SIGUSR1: return "SIGUSR1: a time limit ahead";
+    case SIGTERM: return "SIGTERM: preemption, a time limit, or mpirun stopping the job";
+    case SIGINT: return "SIGINT: Ctrl-C";
+    default: return "no signal";
+  }
+}
 
 }  // namespace loom

@@ -16,6 +16,7 @@
 
 #include "engine/config/recipe_io.hpp"
 #include "engine/util/crc32c.hpp"
+#include "engine/train/memory_check.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/util/host_memory.hpp"
 #include "kernels/backend_factory.hpp"
@@ -23,6 +24,11 @@
 #include "parallel/watchdog.hpp"
 
 namespace loom {
+
+int exit_status(const TrainSummary& s) {
+  if (s.stopped_early.empty()) return 0;
+  return s.resumable ? kExitResumable : kExitStoppedNothingSaved;
+}
 
 Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const std::string& command)
     : r_(recipe),
@@ -66,31 +72,53 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   // Device buffers (CUDA) travel over NCCL communicators ordered after the backend's stream;
   // host buffers (CPU) over MPI. Host scalars (losses, norms) always over MPI.
   if (backend_->stream()) groups.use_nccl(cuda_device_for_this_rank(), backend_->stream());
-  model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
-                                 TensorParallel{groups.coord().tp, tp, &groups.device_tp()}, spec, slots,
-                                 recompute_from_name(r_.train.recompute));
-  std::vector<float> init(model_->num_params());
-  init_params(model_->table(), shape, r_.train.seed, init.data());
-  model_->set_params(init.data());
-  const size_t bucket = std::max<size_t>(1, size_t(r_.parallel.bucket_mb * (1 << 20) / sizeof(float)));
-  grad_sync_ = std::make_unique<parallel::GradSync>(groups.device_dp(), model_->grads(), model_->num_params(), bucket,
-                                                    r_.parallel.zero == 1,
-                                                    [this](size_t n) { return backend_->alloc(n); },
-                                                    model_->grad_ready_points());
-  std::vector<FlatRange> owned;
-  for (const auto& rg : grad_sync_->owned()) owned.push_back({rg.begin, rg.end});
+  // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
+  const std::vector<std::string> hosts = gather_hostnames();
+  // Out of memory is said before anything large is allocated, where the plan can tell.
+  if (backend_->name() == "cpu")
+    check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])));
   const auto& o = r_.optim;
-  optim_ = std::make_unique<AdamW>(*backend_, model_->table(), AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay},
-                                   owned);
+  const char* allocating = "the model (parameters, gradients, activations)";
+  try {
+    model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
+                                   TensorParallel{groups.coord().tp, tp, &groups.device_tp()}, spec, slots,
+                                   recompute_from_name(r_.train.recompute));
+    std::vector<float> init(model_->num_params());
+    init_params(model_->table(), shape, r_.train.seed, init.data());
+    model_->set_params(init.data());
+    allocating = "the gradient reduction buffers";
+    const size_t bucket = std::max<size_t>(1, size_t(r_.parallel.bucket_mb * (1 << 20) / sizeof(float)));
+    grad_sync_ = std::make_unique<parallel::GradSync>(groups.device_dp(), model_->grads(), model_->num_params(),
+                                                      bucket, r_.parallel.zero == 1,
+                                                      [this](size_t n) { return backend_->alloc(n); },
+                                                      model_->grad_ready_points());
+    std::vector<FlatRange> owned;
+    for (const auto& rg : grad_sync_->owned()) owned.push_back({rg.begin, rg.end});
+    allocating = "the optimizer state";
+    optim_ = std::make_unique<AdamW>(*backend_, model_->table(), AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay},
+                                     owned);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(allocation_failure_message(r_, allocating, rank_));
+  }
   schedule_ = LrSchedule{o.lr, o.min_lr, o.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
   checkpointer_ = std::make_unique<Checkpointer>(r_, groups, *model_, *optim_, *grad_sync_);
   const ResumePoint at = checkpointer_->resume();
   start_step_ = at.steps_done;
-  train_data_ = std::make_unique<DataLoader>(std::move(train), layout_, 2, LoaderState{at.loader_next_step});
-  // Collective first (every rank's host name); then what rank 0 alone writes, which may fail on
-  // rank 0 alone (the CLI makes every rank agree on that error).
-  const std::vector<std::string> hosts = gather_hostnames();
+  resumed_from_ = at.path;
+  first_bad_step_ = at.health.first_bad_step;
+  data_now_ = DataNow{int64_t(r_.train.seed), int64_t(r_.global_batch_resolved()),
+                      int64_t(SampleIndex(train.shards, m.seq_len).size())};
+  LoaderState start;
+  if (!at.path.empty()) {
+    std::vector<std::string> notes;
+    start = resume_data_position(at.data, data_now_, r_.checkpoint.allow_changes, &notes);
+    if (rank_ == 0)
+      for (const std::string& n : notes) std::printf("loom: resuming: %s\n", n.c_str());
+  }
+  train_data_ = std::make_unique<DataLoader>(std::move(train), layout_, 2, start);
+  // What rank 0 alone writes may fail on rank 0 alone (the CLI makes every rank agree on that
+  // error).
   if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(r_.log.dir, start_step_);
   if (rank_ == 0) start_run_record(command, at.path, hosts);
   if (rank_ == 0 && r_.log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(r_.log.dir, start_step_);
@@ -351,7 +379,7 @@ TrainSummary Trainer::run() {
     std::fflush(stdout);
   }
   TrainSummary summary;
-  summary.steps = start_step_;
+  summary.start_step = summary.steps = start_step_;
   double timed_s = 0, last_wait = 0;
   int consecutive_bad = 0;
   double max_save_s = 0;  // the longest save so far: the room train.max_minutes leaves for the last one
@@ -429,6 +457,17 @@ TrainSummary Trainer::run() {
     // A non-finite loss or gradient norm (identical on every rank: both are global) skips the
     // update; the step's batch is consumed, as in Megatron.
     const bool skipped = !std::isfinite(loss) || !std::isfinite(norm);
+    // The run's first bad step: non-finite, or a loss above three times that of a model guessing
+    // uniformly over the vocabulary (ln V), which a healthy run does not reach after
+    // initialisation. Every rank sees the same loss and norm, so all agree on it.
+    if (first_bad_step_ < 0 && (skipped || loss > 3 * std::log(double(r_.model.vocab_size)))) {
+      first_bad_step_ = step + 1;
+      if (rank_ == 0)
+        std::fprintf(stderr, "loom: step %lld: %s (loss %g): checkpoints from here on are marked not clean; the last "
+                             "clean one is kept whatever checkpoint.keep_last says%s%s\n",
+                     (long long)step + 1, skipped ? "the run went non-finite" : "the loss diverged", loss,
+                     resumed_from_.empty() ? "" : "; this session resumed from ", resumed_from_.c_str());
+    }
     const double lr = schedule_.at(step);
     if (!skipped) {
       consecutive_bad = 0;
@@ -453,7 +492,7 @@ TrainSummary Trainer::run() {
     // Stop early, with a checkpoint, on SIGUSR1/SIGTERM (preemption, a time limit ahead) or when
     // train.max_minutes would not leave room for another step and a save. Every rank must stop
     // at the same step, so the ranks agree on it here (a max over one float).
-    float stop_vote = stop_signal() ? 2.0f : 0.0f;
+    float stop_vote = !log_error_.empty() ? 3.0f : stop_signal() ? 2.0f : 0.0f;
     if (!stop_vote && r_.train.max_minutes > 0) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
       const double margin = 2 * dt + (max_save_s > 0 ? 1.5 * max_save_s : 10 * dt);
@@ -461,10 +500,12 @@ TrainSummary Trainer::run() {
     }
     groups_.world().all_reduce(&stop_vote, 1, parallel::ReduceOp::Max);
     const bool stop_now = stop_vote > 0 && step + 1 < r_.train.steps;
-    if (stop_now)
-      summary.stopped_early = stop_vote == 2 ? "a stop signal (SIGUSR1 or SIGTERM: preemption or a time limit ahead)"
+    const bool log_failed = stop_vote == 3;  // rank 0 could not write the run directory: save, then fail
+    if (stop_now && !log_failed)
+      summary.stopped_early = stop_vote == 2 ? std::string("a stop signal (") + stop_signal_name() + ")"
                                              : "train.max_minutes = " + std::to_string(r_.train.max_minutes);
-    const bool last = step + 1 == r_.train.steps || step + 1 == r_.train.stop_at_step || too_many_bad || stop_now;
+    const bool last = step + 1 == r_.train.steps || step + 1 == r_.train.stop_at_step || too_many_bad || stop_now ||
+                      log_failed;
     double val_loss = -1;
     if (!val_batches_.empty() && !too_many_bad && ((step + 1) % r_.log.eval_every == 0 || last)) {
       TraceRecorder::Span span(&trace_, "evaluation", "compute");
@@ -475,24 +516,49 @@ TrainSummary Trainer::run() {
     summary.steps = step + 1;
     if (step % r_.log.every == 0 || last || val_loss >= 0 || skipped) {  // the same on every rank
       const RankHealth health = gather_health(dt);
-      if (rank_ == 0) log_step(step, loss, val_loss, lr, norm, dt, train_data_->wait_seconds() - last_wait, comm_s,
-                               health, skipped);
+      if (rank_ == 0 && log_error_.empty()) {
+        try {
+          log_step(step, loss, val_loss, lr, norm, dt, train_data_->wait_seconds() - last_wait, comm_s, health,
+                   skipped);
+        } catch (const std::exception& e) {
+          // A full or failing log.dir: the ranks learn of it at the next step's vote, save a
+          // checkpoint (checkpoint.dir may be elsewhere) and stop with this error.
+          log_error_ = e.what();
+          std::fprintf(stderr, "loom: error: %s; saving a checkpoint and stopping\n", log_error_.c_str());
+        }
+      }
       last_wait = train_data_->wait_seconds();
     }
     const int64_t done = step + 1;
     if (!r_.checkpoint.dir.empty() && ((r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0) || last)) {
       TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
-      const double save_s = checkpointer_->save(done, train_data_->state().next_step);
+      const SavedDataPosition data{train_data_->state(), data_now_.seed, data_now_.global_batch,
+                                   data_now_.samples_per_epoch};
+      const double save_s = checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step_});
+      summary.resumable = true;
       summary.checkpoint_stall_s += save_s;
       max_save_s = std::max(max_save_s, save_s);
     }
     if (r_.log.trace && step + 1 == trace_to) write_trace();
+    if (log_failed) {
+      checkpointer_->wait();
+      throw std::runtime_error(rank_ == 0 ? log_error_ + (r_.checkpoint.dir.empty() ? "" : " (a checkpoint of step " +
+                                                          std::to_string(done) + " was saved first)")
+                                          : "stopping: rank 0 could not write the run directory (see its message)");
+    }
     if (too_many_bad) {
       checkpointer_->wait();
+      std::string where;
+      if (!r_.checkpoint.dir.empty()) {
+        const std::string clean = rank_ == 0 ? checkpointer_->last_clean_checkpoint() : "";
+        where = "; the state after the last update is saved as step " + std::to_string(done) +
+                " (marked not clean); the last clean checkpoint is " + (clean.empty() ? "(none)" : clean) +
+                (clean.empty() ? "" : ": resume from it with --set checkpoint.resume=" + clean);
+      }
       throw std::runtime_error(std::to_string(consecutive_bad) + " steps in a row (to step " + std::to_string(done) +
                                ") had a non-finite loss or gradient norm (train.max_nonfinite_steps = " +
                                std::to_string(r_.train.max_nonfinite_steps) + ")" +
-                               (r_.checkpoint.dir.empty() ? "" : "; the last good state is saved in checkpoint.dir"));
+                               (resumed_from_.empty() ? "" : "; this session resumed from " + resumed_from_) + where);
     }
     if (last) break;
   }
@@ -507,8 +573,9 @@ TrainSummary Trainer::run() {
   const int64_t timed_steps = summary.steps - start_step_ - 1;
   if (timed_steps > 0) summary.tokens_per_s = double(timed_steps) * r_.global_batch_resolved() * T / timed_s;
   parallel::Watchdog::stop();
+  summary.resumable = summary.resumable && !summary.stopped_early.empty();
   if (run_record_)
-    run_record_->finish(summary.steps, summary.stopped_early.empty() ? 0 : kExitResumable,
+    run_record_->finish(summary.steps, exit_status(summary),
                         summary.stopped_early.empty() ? "" : "stopped early: " + summary.stopped_early);
   return summary;
 }

@@ -16,6 +16,7 @@
 #include "engine/metrics/tensorboard_writer.hpp"
 #include "engine/metrics/trace_recorder.hpp"
 #include "engine/train/fault_injection.hpp"
+#include "engine/train/resume_data.hpp"
 #include "engine/model/gpt.hpp"
 #include "engine/optim/adamw.hpp"
 #include "engine/optim/lr_schedule.hpp"
@@ -27,15 +28,20 @@
 namespace loom {
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t start_step = 0;  // steps already done when this session started (resumed)
+  int64_t steps = 0;       // steps done when it ended
   double final_loss = 0;
   double final_val_loss = -1;  // -1: no evaluation
   double tokens_per_s = 0;     // over all steps after the first
   double comm_wait_s = 0;      // gradient reduction time not hidden behind backward, all steps
   double checkpoint_stall_s = 0;  // time the training loop was held up by checkpoint saves
   int64_t skipped_steps = 0;      // steps with a non-finite loss or gradient norm (no update)
-  std::string stopped_early;      // why the run stopped before train.steps with a checkpoint ("" if it did not)
+  std::string stopped_early;      // why the run stopped before train.steps ("" if it did not)
+  bool resumable = false;         // stopped early with a checkpoint of its last step saved
 };
+
+// The process exit status for a run that returned `s` (stop_request.hpp lists them all).
+int exit_status(const TrainSummary& s);
 
 // What rank 0 logs about every rank at each log step.
 struct RankHealth {
@@ -93,6 +99,13 @@ class Trainer {
   std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Checkpointer> checkpointer_;
   int64_t start_step_ = 0;  // steps already done (resumed from a checkpoint)
+  std::string resumed_from_;  // the checkpoint this session started from ("" if fresh)
+  // The first step (1-based) of the run's history, carried across resumes, whose loss or
+  // gradient norm was non-finite or whose loss diverged; -1: none. Checkpoints saved from then on
+  // are not clean, and retention keeps the last clean one.
+  int64_t first_bad_step_ = -1;
+  DataNow data_now_;           // what the data stream is drawn with, recorded in checkpoints
+  std::string log_error_;      // rank 0: writing the run directory failed (the run saves and stops)
   LrSchedule schedule_;
   double peak_flops_ = 0;
 };

@@ -1,0 +1,118 @@
+#include "engine/checkpoint/checkpoint_catalog.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace loom {
+namespace fs = std::filesystem;
+
+bool parse_checkpoint_name(const std::string& name, int64_t* step) {
+  constexpr size_t kPrefix = 5;  // "step_"
+  if (name.size() < kPrefix + 8 || name.size() > kPrefix + 18 || name.compare(0, kPrefix, "step_") != 0) return false;
+  int64_t v = 0;
+  for (size_t i = kPrefix; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + (name[i] - '0');
+  }
+  if (step) *step = v;
+  return true;
+}
+
+std::string checkpoint_name(int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step_%08lld", (long long)step);
+  return b;
+}
+
+CheckpointCatalog scan_checkpoints(const std::string& dir) {
+  CheckpointCatalog c;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return c;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string path = e.path().string();
+    if (!e.is_directory(ec)) continue;  // `latest`, the lock file, a user's notes: not ours to judge
+    int64_t step = 0;
+    if (!parse_checkpoint_name(name, &step)) {
+      // An interrupted save's leftovers are ours and expected; anything else is the user's.
+      if (!(name.ends_with(".partial") && parse_checkpoint_name(name.substr(0, name.size() - 8), nullptr)))
+        c.ignored.push_back(path + ": not a name Loom writes (step_NNNNNNNN): ignored, never resumed from or deleted");
+      continue;
+    }
+    const fs::path man_path = e.path() / "manifest.json";
+    if (!fs::exists(man_path, ec)) {
+      c.ignored.push_back(path + ": no manifest.json (an incomplete or damaged checkpoint): not used, not deleted");
+      continue;
+    }
+    CheckpointEntry entry;
+    entry.path = path;
+    try {
+      const nlohmann::json man = nlohmann::json::parse(std::ifstream(man_path));
+      entry.step = man.at("step").get<int64_t>();
+      if (man.contains("health")) {
+        const auto& h = man["health"];
+        entry.clean = h.value("clean", true);
+        if (h.contains("first_bad_step") && h["first_bad_step"].is_number_integer())
+          entry.first_bad_step = h["first_bad_step"].get<int64_t>();
+      }
+    } catch (const std::exception& ex) {
+      c.ignored.push_back(path + ": manifest.json is unreadable (" + ex.what() + "): not used, not deleted");
+      continue;
+    }
+    if (entry.step != step) {
+      c.ignored.push_back(path + ": its manifest records step " + std::to_string(entry.step) +
+                          ", not the step its name says (renamed or copied?): not used, not deleted");
+      continue;
+    }
+    c.complete.push_back(entry);
+  }
+  std::sort(c.complete.begin(), c.complete.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  std::sort(c.ignored.begin(), c.ignored.end());
+  std::ifstream latest(fs::path(dir) / "latest");
+  std::string name;
+  if (latest >> name)
+    for (const CheckpointEntry& e : c.complete)
+      if (fs::path(e.path).filename() == name) c.latest = e.path;
+  return c;
+}
+
+std::vector<std::string> resume_order(const CheckpointCatalog& c) {
+  std::vector<std::string> out;
+  if (!c.latest.empty()) out.push_back(c.latest);
+  for (auto it = c.complete.rbegin(); it != c.complete.rend(); ++it)
+    if (it->path != c.latest) out.push_back(it->path);
+  return out;
+}
+
+Retention plan_retention(const CheckpointCatalog& c, int keep_last) {
+  Retention r;
+  const size_t n = c.complete.size();
+  const size_t keep_from = n > size_t(std::max(keep_last, 1)) ? n - size_t(std::max(keep_last, 1)) : 0;
+  // The newest clean checkpoint, if some newer one is not clean.
+  for (size_t i = n; i-- > 0;) {
+    if (!c.complete[i].clean) continue;
+    for (size_t j = i + 1; j < n; ++j)
+      if (!c.complete[j].clean) {
+        r.pinned = c.complete[i].path;
+        r.pinned_reason_step = c.complete[j].first_bad_step;
+        break;
+      }
+    break;
+  }
+  for (size_t i = 0; i < keep_from; ++i) {
+    const std::string& p = c.complete[i].path;
+    if (p != r.pinned && p != c.latest) r.prune.push_back(p);
+  }
+  if (!r.pinned.empty() &&
+      std::find_if(c.complete.begin() + long(keep_from), c.complete.end(),
+                   [&](const CheckpointEntry& e) { return e.path == r.pinned; }) != c.complete.end())
+    r.pinned.clear();  // within keep_last anyway: nothing to say
+  return r;
+}
+
+}  // namespace loom

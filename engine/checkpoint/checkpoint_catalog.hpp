@@ -1,0 +1,54 @@
+#pragma once
+// What a checkpoint.dir holds, and which of its checkpoints may be deleted (docs/checkpoints.md,
+// "Retention"). Rank-0 helpers with no MPI: the checkpointer and `loom ckpt` use them.
+//
+// Only directories named exactly step_NNNNNNNN (eight or more digits, the names Loom writes)
+// whose manifest.json records that same step are checkpoints. Anything else in the directory (a
+// copied step_10_backup, a step_00000020 whose manifest was deleted) is reported and ignored:
+// never resumed from, never deleted. Checkpoints are ordered by the step recorded in their
+// manifest, never by name.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct CheckpointEntry {
+  std::string path;
+  int64_t step = 0;
+  // The manifest's health section (absent in checkpoints of older Loom versions: taken as clean).
+  // clean: no non-finite or diverged step happened in the run's history up to this state, and
+  // every parameter is finite.
+  bool clean = true;
+  int64_t first_bad_step = -1;  // the first such step (1-based), -1 if none
+};
+
+struct CheckpointCatalog {
+  std::vector<CheckpointEntry> complete;  // oldest first
+  std::vector<std::string> ignored;       // one line per entry that is not a usable checkpoint, and why
+  std::string latest;                     // the checkpoint the `latest` file names, if complete; else ""
+};
+
+// True if `name` is a checkpoint name Loom writes; sets *step.
+bool parse_checkpoint_name(const std::string& name, int64_t* step);
+std::string checkpoint_name(int64_t step);
+
+// Reads `dir` (a checkpoint.dir). Missing directory: an empty catalog.
+CheckpointCatalog scan_checkpoints(const std::string& dir);
+
+// The candidates for checkpoint.resume=auto, the one to try first first: the one `latest` names
+// (what the last session saved: after an explicit resume from an older checkpoint, newer-numbered
+// ones of the abandoned history must not win), then the others, newest step first.
+std::vector<std::string> resume_order(const CheckpointCatalog& c);
+
+struct Retention {
+  std::vector<std::string> prune;  // oldest first
+  std::string pinned;              // kept beyond keep_last (the last clean one), "" if none
+  int64_t pinned_reason_step = -1;  // the first bad step that made it pinned
+};
+// keep_last newest complete checkpoints are kept; so is the one `latest` names; so is the newest
+// clean checkpoint whenever a newer one is not clean (the last state before the run first went
+// non-finite or diverged), however many saves come after it. Nothing else is deleted.
+Retention plan_retention(const CheckpointCatalog& c, int keep_last);
+
+}  // namespace loom

@@ -1,0 +1,22 @@
+#pragma once
+// Out of memory, said before training and in words: the per-rank memory `loom plan` predicts
+// (from the same sizing functions the model allocates with) against what this node has
+// available, and a message for an allocation that failed anyway.
+#include <string>
+
+#include "engine/config/recipe.hpp"
+
+namespace loom {
+
+// The plan's prediction for one rank of this recipe on the CPU, in MB (0 if it cannot predict).
+double predicted_rank_mb(const Recipe& r);
+
+// Throws std::runtime_error when `ranks_on_node` ranks of the prediction exceed the node's
+// MemAvailable (/proc/meminfo): the message gives both figures, the largest parts and what to
+// change. No-op where either figure is unknown.
+void check_host_memory_fits(const Recipe& r, int ranks_on_node);
+
+// For a std::bad_alloc caught while allocating `what` ("the model", "the optimizer state").
+std::string allocation_failure_message(const Recipe& r, const std::string& what, int rank);
+
+}  // namespace loom

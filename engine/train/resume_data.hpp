@@ -1,0 +1,27 @@
+#pragma once
+// Where a resumed run's data stream starts, and which recipe changes since the checkpoint a
+// resume may not make silently (docs/checkpoints.md, "Resuming under changes").
+//
+// The stream is a pure function of (train.seed, samples per epoch, position): the checkpoint
+// records the position in samples, so a new global batch continues at exactly the next unseen
+// sample (no sample skipped or repeated; the change is stated). A new seed or a dataset of
+// another size reorders the whole stream: samples already seen this epoch would come again and
+// others never. That needs consent (checkpoint.allow_changes=true), and is stated.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpointer.hpp"
+
+namespace loom {
+
+struct DataNow {
+  int64_t seed = 0, global_batch = 0, samples_per_epoch = 0;
+};
+
+// The loader state to start from. `notes` gets one line per change (for rank 0 to print).
+// Throws std::runtime_error naming the keys when a change needs consent that was not given.
+LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& now, bool allow_changes,
+                                 std::vector<std::string>* notes);
+
+}  // namespace loom
