@@ -37,8 +37,10 @@ int cmd_prep(const PrepOptions& o) {
                                  "--out or --force");
       return check_dir(o.check);
     }
-    if (o.inputs.empty()) throw std::runtime_error("no input files given (loom prep [OPTIONS] --out DIR FILES..., or --check DIR)");
-    if (o.out.empty()) throw std::runtime_error("--out DIR is required: the directory to write the shards and manifest.json to");
+    if (o.inputs.empty())
+      throw std::runtime_error("no input files given (loom prep [OPTIONS] --out DIR FILES..., or --check DIR)");
+    if (o.out.empty())
+      throw std::runtime_error("--out DIR is required: the directory to write the shards and manifest.json to");
     PrepSummary s = run_prep(o);
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);

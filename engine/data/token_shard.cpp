@@ -104,7 +104,11 @@ TokenShard open_llmc_shard(const std::string& path) {
   constexpr size_t header = 256 * sizeof(int32_t);
   if (f->size() < header || read_at<int32_t>(*f, 0) != kLlmcMagic)
     bad(path, "not an llm.c token shard: first int32 is " +
-                  (f->size() >= 4 ? std::to_string(read_at<int32_t>(*f, 0)) : std::string("missing")) +
+                  (f->size() >= 4 ? std::to_string(read_at<int32_t>(*f, 0)) +
+                                        (std::all_of(f->data(), f->data() + 4, [](unsigned char c) {
+                                          return c >= 0x20 && c < 0x7f;
+                                        }) ? " (" + magic_of(*f, 4) + ")" : "")
+                                  : std::string("missing")) +
                   ", expected 20240520");
   const int32_t version = read_at<int32_t>(*f, 4);
   if (version != 1) bad(path, "llm.c shard version " + std::to_string(version) + ", expected 1 (uint16 tokens)");

@@ -57,7 +57,8 @@ set -e
 grep -q "^DAMAGED  train train_000001.bin: CRC-32C 0x[0-9a-f]*, the manifest records 0x" check.out ||
   fail "no DAMAGED line: $(cat check.out)"
 grep -q "1 of [0-9]* shards damaged" check.out || fail "no damage summary: $(cat check.out)"
-refused "train_000001.bin: CRC-32C mismatch: the file's is 0x" "${train[@]}" --set data.train="$WORK/ds" --set data.val=""
+refused "train_000001.bin: CRC-32C mismatch: the file's is 0x" \
+  "${train[@]}" --set data.train="$WORK/ds" --set data.val=""
 
 # Issue 7: data.train / data.val naming a FIFO fail at once.
 mkfifo pipe.bin

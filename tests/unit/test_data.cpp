@@ -464,7 +464,8 @@ TEST_CASE("loom prep refuses a non-empty --out without force, and with force swa
     fs::create_directories(dir / "notes");
     std::ofstream(dir / "notes" / "todo.txt") << "keep me\n";
     PrepOptions b = small_prep(dir, "notes", 'b');
-    CHECK_THAT(error_of([&] { run_prep(b); }), Contains("is not empty (1 entry, e.g. 'todo.txt')") && Contains("--force"));
+    CHECK_THAT(error_of([&] { run_prep(b); }),
+               Contains("is not empty (1 entry, e.g. 'todo.txt')") && Contains("--force"));
     CHECK(read_all(dir / "notes" / "todo.txt") == "keep me\n");
     fs::create_directories(dir / "empty");
     PrepOptions c = small_prep(dir, "empty", 'c');
@@ -498,7 +499,8 @@ TEST_CASE("loom prep refuses a non-empty --out without force, and with force swa
     std::ofstream(dir / "ds" / "inside.txt") << "text\n";
     PrepOptions b = small_prep(dir, "ds", 'b', true);
     b.inputs = {(dir / "ds" / "inside.txt").string()};
-    CHECK_THAT(error_of([&] { run_prep(b); }), Contains("inside.txt lies inside the directory that --force would replace"));
+    CHECK_THAT(error_of([&] { run_prep(b); }),
+               Contains("inside.txt lies inside the directory that --force would replace"));
     CHECK(fs::exists(dir / "ds" / "inside.txt"));
   }
 }
@@ -649,6 +651,8 @@ TEST_CASE("impossible headers: a short shard, a printable magic, counts that ove
     std::ofstream(dir / "tiny.bin", std::ios::binary) << "LOOM";
     CHECK_THAT(error_of([&] { open_dataset((dir / "tiny.bin").string(), "loom", "data.train", "train"); }),
                Contains("magic \"LOOM\" (the file is only 4 bytes)"));
+    CHECK_THAT(error_of([&] { open_dataset((dir / "t.bin").string(), "llmc", "data.train", "train"); }),
+               Contains("first int32 is 1280066888 (\"HELL\"), expected 20240520"));
     std::ofstream(dir / "m.idx", std::ios::binary) << std::string("MMIDIDX\0\1", 9) << std::string(40, '\0');
     std::ofstream(dir / "m.bin", std::ios::binary);
     CHECK_THAT(error_of([&] { open_dataset((dir / "m").string(), "megatron", "data.train", "train"); }),
