@@ -164,8 +164,9 @@ void refuse_mixed_splits(const std::string& key, const std::string& path, const 
   bool prep_train = false, prep_val = false;
   for (const auto& f : files) {
     const std::string name = fs::path(f).filename().string();
-    if (train.empty() && has_part(name, {"train"})) train = name;
-    if (val.empty() && has_part(name, {"val", "valid", "validation"})) val = name;
+    const bool t = has_part(name, {"train"}), v = has_part(name, {"val", "valid", "validation"});
+    if (train.empty() && t && !v) train = name;  // a name with both parts says nothing
+    if (val.empty() && v && !t) val = name;
     prep_train = prep_train || is_prep_shard_name(name, "train");
     prep_val = prep_val || is_prep_shard_name(name, "val");
   }

@@ -628,6 +628,8 @@ TEST_CASE("a prep directory without its manifest is refused instead of mixing tr
   // llm.c's layout (fineweb_train_*.bin next to fineweb_val_*.bin) has the same trap.
   fs::create_directories(dir / "fw");
   write_llmc(dir / "fw" / "fineweb_train_000001.bin", std::vector<uint16_t>(100, 1));
+  write_llmc(dir / "fw" / "train_val_mix.bin", std::vector<uint16_t>(100, 1));  // both parts: neither split
+  CHECK(open_dataset((dir / "fw").string(), "auto", "data.train", "train").shards.size() == 2);
   write_llmc(dir / "fw" / "fineweb_val_000000.bin", std::vector<uint16_t>(100, 2));
   CHECK_THAT(error_of([&] { open_dataset((dir / "fw").string(), "auto", "data.train", "train"); }),
              Contains("holds both training and validation files (fineweb_train_000001.bin, fineweb_val_000000.bin)") &&
