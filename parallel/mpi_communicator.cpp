@@ -43,8 +43,9 @@ struct MpiRequest final : Request {
   MPI_Request req = MPI_REQUEST_NULL;
   const char* op = "";
   const char* group = "";
+  int channel = -1;
   void wait() override {
-    Watchdog::Scope w(op, group);
+    Watchdog::Scope w(op, group, channel, /*collective=*/false);
     check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait");
   }
 };
@@ -98,6 +99,17 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::m
   MPI_Comm_set_errhandler(worker_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  // The members' world ranks, so that a timed-out call can name the members that never came.
+  std::vector<int> local(static_cast<size_t>(size_)), world(static_cast<size_t>(size_), -1);
+  for (int i = 0; i < size_; ++i) local[size_t(i)] = i;
+  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  MPI_Comm_group(comm_, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_translate_ranks(group, size_, local.data(), world_group, world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  channel_ = Watchdog::register_channel(name_.c_str(), world);
+  worker_channel_ = Watchdog::register_channel(name_.c_str(), world);
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -108,6 +120,8 @@ MpiCommunicator::~MpiCommunicator() {
   }
   cv_.notify_all();
   worker_.join();
+  Watchdog::release_channel(channel_);
+  Watchdog::release_channel(worker_channel_);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) {
@@ -155,51 +169,52 @@ RequestPtr MpiCommunicator::post(std::function<void(MPI_Comm)> op) {
 // Every blocking call runs inside a Watchdog::Scope (parallel.timeout_s), the worker's
 // collectives too (the worker is the thread blocked in MPI while the caller waits on it).
 void MpiCommunicator::all_reduce(float* buf, size_t n, ReduceOp op) {
-  Watchdog::Scope w("all_reduce", name_.c_str());
+  Watchdog::Scope w("all_reduce", name_.c_str(), channel_);
   do_all_reduce(comm_, buf, n, op);
 }
 RequestPtr MpiCommunicator::iall_reduce(float* buf, size_t n, ReduceOp op) {
   return post([=, this](MPI_Comm c) {
-    Watchdog::Scope w("all_reduce (overlapped)", name_.c_str());
+    Watchdog::Scope w("all_reduce (overlapped)", name_.c_str(), worker_channel_);
     do_all_reduce(c, buf, n, op);
   });
 }
 void MpiCommunicator::reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
-  Watchdog::Scope w("reduce_scatter", name_.c_str());
+  Watchdog::Scope w("reduce_scatter", name_.c_str(), channel_);
   do_reduce_scatter(comm_, send, recv, counts);
 }
 RequestPtr MpiCommunicator::ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
   return post([=, this](MPI_Comm c) {
-    Watchdog::Scope w("reduce_scatter (overlapped)", name_.c_str());
+    Watchdog::Scope w("reduce_scatter (overlapped)", name_.c_str(), worker_channel_);
     do_reduce_scatter(c, send, recv, counts);
   });
 }
 void MpiCommunicator::all_gather(float* buf, const std::vector<size_t>& counts) {
-  Watchdog::Scope w("all_gather", name_.c_str());
+  Watchdog::Scope w("all_gather", name_.c_str(), channel_);
   do_all_gather(comm_, buf, counts);
 }
 RequestPtr MpiCommunicator::iall_gather(float* buf, const std::vector<size_t>& counts) {
   return post([=, this](MPI_Comm c) {
-    Watchdog::Scope w("all_gather (overlapped)", name_.c_str());
+    Watchdog::Scope w("all_gather (overlapped)", name_.c_str(), worker_channel_);
     do_all_gather(c, buf, counts);
   });
 }
 void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
-  Watchdog::Scope w("broadcast", name_.c_str());
+  Watchdog::Scope w("broadcast", name_.c_str(), channel_);
   if (n) check(MPI_Bcast(buf, as_int(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
 }
 void MpiCommunicator::send(const float* buf, size_t n, int peer, int tag) {
-  Watchdog::Scope w("send", name_.c_str());
+  Watchdog::Scope w("send", name_.c_str(), channel_, /*collective=*/false);
   check(MPI_Send(buf, as_int(n), MPI_FLOAT, peer, tag, comm_), "MPI_Send");
 }
 void MpiCommunicator::recv(float* buf, size_t n, int peer, int tag) {
-  Watchdog::Scope w("recv", name_.c_str());
+  Watchdog::Scope w("recv", name_.c_str(), channel_, /*collective=*/false);
   check(MPI_Recv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
 }
 RequestPtr MpiCommunicator::isend(const float* buf, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
   r->op = "send (waiting for it)";
   r->group = name_.c_str();
+  r->channel = channel_;
   check(MPI_Isend(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Isend");
   return r;
 }
@@ -207,16 +222,17 @@ RequestPtr MpiCommunicator::irecv(float* buf, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
   r->op = "recv (waiting for it)";
   r->group = name_.c_str();
+  r->channel = channel_;
   check(MPI_Irecv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Irecv");
   return r;
 }
 void MpiCommunicator::barrier() {
-  Watchdog::Scope w("barrier", name_.c_str());
+  Watchdog::Scope w("barrier", name_.c_str(), channel_);
   check(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 double MpiCommunicator::sum_ordered(double local) {
-  Watchdog::Scope w("all_gather (ordered sum)", name_.c_str());
+  Watchdog::Scope w("all_gather (ordered sum)", name_.c_str(), channel_);
   std::vector<double> all(size_t(size_), 0.0);
   check(MPI_Allgather(&local, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm_), "MPI_Allgather");
   double s = 0;

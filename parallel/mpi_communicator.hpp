@@ -53,6 +53,7 @@ class MpiCommunicator final : public Communicator {
 
   std::string name_;
   MPI_Comm comm_ = MPI_COMM_NULL, worker_comm_ = MPI_COMM_NULL;
+  int channel_ = -1, worker_channel_ = -1;  // Watchdog channels of comm_ and worker_comm_
   int rank_ = 0, size_ = 1;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -2,7 +2,11 @@
 #  1. one rank killed with SIGKILL mid-training: every rank exits, non-zero, within
 #     parallel.timeout_s + 30 s, and the dead rank is named;
 #  2. one rank stuck (asleep) inside a step: the others' watchdogs fire after parallel.timeout_s,
-#     name the rank, call and group they were waiting in and the step, and the job aborts.
+#     name the rank, call and group they were waiting in and the step, and the stuck rank (1) as
+#     the one that has not reached the call (or, for a rank waiting on another waiting rank, as
+#     the root of the wait); the job aborts;
+#  3. one rank's whole process stopped (SIGSTOP: its watchdog cannot answer either): the others
+#     name it as not answering, within a bounded wait, and the job aborts.
 source "$(dirname "$0")/../cli/common.sh"
 corpus
 cd "$SRC"
@@ -46,8 +50,43 @@ elapsed=$(( $(date +%s) - t0 ))
 grep -q "rank 1: LOOM_FAULT: sleeping" "$WORK/s.out" || { cat "$WORK/s.out"; fail "sleep: the fault did not happen"; }
 grep -q "loom: error: rank [0-9]*: .* on the [a-z-]* group has not completed after [0-9]* s (training step 3)" "$WORK/s.out" ||
   { cat "$WORK/s.out"; fail "sleep: no watchdog message naming the rank, call, group and step"; }
+# Every watchdog message names rank 1 (asleep, outside any communication call) as the rank that
+# has not reached the call or as the root of the wait.
+grep "has not completed after" "$WORK/s.out" > "$WORK/s.msgs" || true
+while read -r line; do
+  echo "$line" | grep -q "\(ranks that have not reached it\|at the root of the wait\): \(.*, \)\?1 (in no communication call, training step 3)" ||
+    { cat "$WORK/s.out"; fail "sleep: a watchdog message does not name the stuck rank 1: $line"; }
+done < "$WORK/s.msgs"
+[ -s "$WORK/s.msgs" ] || { cat "$WORK/s.out"; fail "sleep: no watchdog message"; }
 sleep 2
 left=$(ranks_of "$WORK/s")
 [ -z "$left" ] || { kill -9 $left; fail "sleep: ranks still running after the job ended"; }
-echo "stuck rank: job ended in ${elapsed}s, status $rc: $(grep "has not completed" "$WORK/s.out" | head -1)"
+echo "stuck rank: job ended in ${elapsed}s, status $rc: $(head -1 "$WORK/s.msgs")"
+
+# 3. one rank's process stopped: it answers nothing, and is named as such.
+"$MPIEXEC" --oversubscribe --bind-to none -np 4 "$LOOM" train configs/tiny.yaml "${args[@]}" --set log.dir="$WORK/t" \
+  > "$WORK/t.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "^step .*/2000" "$WORK/t.out" 2>/dev/null && break; sleep 0.1; done
+grep -q "^step" "$WORK/t.out" || { cat "$WORK/t.out"; fail "stop: training never started"; }
+pids=$(ranks_of "$WORK/t")
+# The rank with OMPI_COMM_WORLD_RANK=1.
+victim=""
+for p in $pids; do
+  tr '\0' '\n' < "/proc/$p/environ" > "$WORK/env" 2>/dev/null || continue
+  if grep -qx OMPI_COMM_WORLD_RANK=1 "$WORK/env"; then victim=$p; fi
+done
+[ -n "$victim" ] || { kill -9 $pids; fail "stop: rank 1 not found among $pids"; }
+t0=$(date +%s)
+kill -STOP "$victim"
+set +e; wait "$job"; rc=$?; set -e
+elapsed=$(( $(date +%s) - t0 ))
+[ "$rc" != 0 ] || fail "stop: the job exited 0"
+[ "$elapsed" -le $(( timeout_s + 45 )) ] || fail "stop: the job took ${elapsed}s to end"
+grep -q "has not completed after [0-9]* s (training step [0-9]*); .*ranks that did not answer within [0-9]* s (dead, or the whole process stuck): 1$\|ranks that did not answer within [0-9]* s (dead, or the whole process stuck): 1\." "$WORK/t.out" ||
+  { cat "$WORK/t.out"; fail "stop: no watchdog message names rank 1 as not answering"; }
+sleep 2
+left=$(ranks_of "$WORK/t")
+[ -z "$left" ] || { kill -9 $left; fail "stop: ranks still running after the job ended"; }
+echo "stopped rank: job ended in ${elapsed}s, status $rc: $(grep "has not completed" "$WORK/t.out" | head -1)"
 echo PASS
