@@ -29,9 +29,13 @@ def load(run_dir):
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"plot_metrics: {path}:{n}: not JSON ({e})")
+            if "resumed_at_step" in row:  # a session redoing steps: its rows replace the earlier ones
+                rows = [r for r in rows if r["step"] < row["resumed_at_step"]]
+            else:
+                rows.append(row)
     return rows
 
 

@@ -1,5 +1,6 @@
 #include "engine/metrics/run_record.hpp"
 
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +22,7 @@ std::string utc_now_iso() {
 }
 
 RunRecord::RunRecord(const std::string& dir, const SessionInfo& s) {
-  fs::create_directories(dir);
+  lock_ = DirLock::acquire(dir, "log.dir");  // creates dir
   path_ = (fs::path(dir) / "run.json").string();
   if (fs::exists(path_)) {
     try {
@@ -63,7 +64,12 @@ void RunRecord::finish(int64_t end_step, int exit_status, const std::string& err
   s["end_step"] = end_step;
   s["exit_status"] = exit_status;
   if (!error.empty()) s["error"] = error;
-  save();
+  if (exit_status != 1) return save();
+  try {
+    save();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: error: could not record the failure in run.json: %s\n", e.what());
+  }
 }
 
 void RunRecord::save() const { write_file_atomically(path_, doc_.dump(2) + "\n", "log.dir"); }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/metrics/metrics_log.hpp"
 #include "engine/metrics/nvml_probe.hpp"
 #include "engine/metrics/tensorboard_writer.hpp"
 #include "engine/util/dir_lock.hpp"
@@ -134,7 +135,7 @@ std::string hostname() {
 }
 }  // namespace
 
-TEST_CASE("DirLock: one job per directory; the holder is named; released on destruction") {
+TEST_CASE("DirLock: one job per directory, the holder named in the refusal, released on destruction") {
   const auto dir = std::filesystem::temp_directory_path() / ("loom_test_lock_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   {
@@ -168,7 +169,7 @@ TEST_CASE("DirLock: one job per directory; the holder is named; released on dest
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("DirLock: a lock left by a dead process of this host is taken over; another host's is refused") {
+TEST_CASE("DirLock: a lock left by a dead process of this host is taken over, another host's is refused") {
   const auto dir = std::filesystem::temp_directory_path() / ("loom_test_stale_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -189,5 +190,81 @@ TEST_CASE("DirLock: a lock left by a dead process of this host is taken over; an
     CHECK(m.find("delete " + (dir / ".loom.lock").string()) != std::string::npos);
   }
   CHECK(std::filesystem::exists(dir / ".loom.lock"));  // refused: left as it was
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+std::vector<std::string> lines_of(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("metrics.jsonl is append-only: sessions add to it, a redo is marked, nothing is deleted") {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_test_mlog_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const auto file = dir / "metrics.jsonl";
+  {
+    MetricsLog m(dir.string(), 0);
+    for (int s = 0; s < 6; ++s) m.write({{"step", s}, {"loss", 5.0 - s}});
+    CHECK(m.session() == 1);
+  }
+  const std::vector<std::string> first = lines_of(file);
+  REQUIRE(first.size() == 6);
+  CHECK(first[0] == "{\"step\": 0, \"loss\": 5}");
+  {
+    // Resumed exactly where the file ends: no marker, the run reads as one.
+    MetricsLog m(dir.string(), 6);
+    m.write({{"step", 6}, {"loss", -1}});
+  }
+  CHECK(lines_of(file).size() == 7);
+  {
+    // Resumed from an older checkpoint (step 3): steps 3..6 are redone. The earlier rows stay;
+    // a marker says they are superseded.
+    MetricsLog m(dir.string(), 3);
+    m.write({{"step", 3}, {"loss", 2.5}});
+  }
+  std::vector<std::string> all = lines_of(file);
+  REQUIRE(all.size() == 9);
+  for (size_t i = 0; i < 6; ++i) CHECK(all[i] == first[i]);
+  CHECK(all[7] == "{\"session\": 2, \"resumed_at_step\": 3}");  // no run.json here: counted from the file
+  CHECK(all[8] == "{\"step\": 3, \"loss\": 2.5}");
+  {
+    // A fresh start into the same log.dir: appended (with a warning on stderr), not truncated.
+    MetricsLog m(dir.string(), 0);
+    m.write({{"step", 0}, {"loss", 9}});
+  }
+  all = lines_of(file);
+  REQUIRE(all.size() == 11);
+  CHECK(all[9] == "{\"session\": 3, \"resumed_at_step\": 0}");
+  // A line cut short by a job that died mid-write is removed (it is not JSON, and the next line
+  // would be glued to it); the complete lines before it stay.
+  std::ofstream(file, std::ios::app) << "{\"step\": 1, \"lo";
+  {
+    MetricsLog m(dir.string(), 1);
+    m.write({{"step", 1}, {"loss", 8}});
+  }
+  all = lines_of(file);
+  REQUIRE(all.size() == 12);
+  CHECK(all[11] == "{\"step\": 1, \"loss\": 8}");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("metrics.jsonl on a full disk: the write throws, naming the file and the reason") {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_test_mfull_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink("/dev/full", dir / "metrics.jsonl");  // every write: ENOSPC
+  MetricsLog m(dir.string(), 0);
+  try {
+    m.write({{"step", 0}, {"loss", 1}});
+    FAIL("a write to a full disk did not throw");
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find((dir / "metrics.jsonl").string()) != std::string::npos);
+    CHECK(msg.find("No space left on device") != std::string::npos);
+  }
   std::filesystem::remove_all(dir);
 }
