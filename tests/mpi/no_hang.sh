@@ -83,7 +83,7 @@ set +e; wait "$job"; rc=$?; set -e
 elapsed=$(( $(date +%s) - t0 ))
 [ "$rc" != 0 ] || fail "stop: the job exited 0"
 [ "$elapsed" -le $(( timeout_s + 45 )) ] || fail "stop: the job took ${elapsed}s to end"
-grep -q "has not completed after [0-9]* s (training step [0-9]*); .*ranks that did not answer within [0-9]* s (dead, or the whole process stuck): 1$\|ranks that did not answer within [0-9]* s (dead, or the whole process stuck): 1\." "$WORK/t.out" ||
+grep -q "has not completed after [0-9]* s (training step [0-9]*);.* ranks that did not answer within [0-9.]* s (dead, or the whole process stuck): \([0-9, ]*, \)\?1\. Aborting" "$WORK/t.out" ||
   { cat "$WORK/t.out"; fail "stop: no watchdog message names rank 1 as not answering"; }
 sleep 2
 left=$(ranks_of "$WORK/t")
