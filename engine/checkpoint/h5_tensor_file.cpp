@@ -3,6 +3,11 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <cstring>
 #include <stdexcept>
 
 namespace loom {
@@ -17,30 +22,37 @@ namespace {
 // builds: called wherever a file is created or opened.
 void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
-// The system's reason for the error now on this thread's HDF5 error stack: the deepest
-// description that carries an errno or an MPI error string (HDF5 writes "errno = 28, error
-// message = 'No space left on device'"; MPI-IO "MPI error string is 'No space left on
-// device'"), else the deepest description. Clears the stack.
-std::string hdf5_reason() {
-  std::string deepest, system;
+// The system's reason for the error now on this thread's HDF5 error stack: a description that
+// carries one (HDF5 writes "errno = 28, error message = 'No space left on device'", MPI-IO "MPI
+// error string is '...'"); else errno as the failed call left it; else, since Open MPI's OMPIO
+// reports a failed pwritev to HDF5 only as "file write failed", a full filesystem if that is
+// what statvfs shows for `path`; else the deepest description. Clears the stack.
+std::string hdf5_reason(int saved_errno, const std::string& path = "") {
+  struct Found {
+    std::string deepest, system;
+  } found;
   auto walk = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-    auto* out = static_cast<std::pair<std::string, std::string>*>(data);
+    auto* out = static_cast<Found*>(data);
     const std::string desc = e->desc ? e->desc : "";
-    if (!desc.empty()) out->first = desc;
+    if (!desc.empty() && out->deepest.empty()) out->deepest = desc;
     for (const char* key : {"error message = '", "MPI error string is '"})
-      if (auto at = desc.find(key); at != std::string::npos) {
+      if (auto at = desc.find(key); at != std::string::npos && out->system.empty()) {
         const size_t from = at + std::string(key).size();
-        out->second = desc.substr(from, desc.find('\'', from) - from);
+        out->system = desc.substr(from, desc.find('\'', from) - from);
       }
     return 0;
   };
-  std::pair<std::string, std::string> found;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &found);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &found);
   H5Eclear2(H5E_DEFAULT);
-  deepest = found.first;
-  system = found.second;
-  if (!system.empty()) return system;
-  return deepest.empty() ? "unknown HDF5 error" : deepest;
+  if (!found.system.empty()) return found.system;
+  if (saved_errno != 0) return std::string(std::strerror(saved_errno)) + " (errno " + std::to_string(saved_errno) + ")";
+  struct statvfs v {};
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!path.empty() && ::statvfs(dir.empty() ? "." : dir.c_str(), &v) == 0 &&
+      uint64_t(v.f_bavail) * v.f_frsize < (uint64_t(1) << 20))
+    return std::string(std::strerror(ENOSPC)) + " (errno " + std::to_string(ENOSPC) + "; " +
+           std::to_string(uint64_t(v.f_bavail) * v.f_frsize / 1024) + " KiB left on the filesystem)";
+  return found.deepest.empty() ? "unknown HDF5 error" : found.deepest;
 }
 
 hid_t file_access(MPI_Comm comm) {
@@ -89,9 +101,11 @@ hsize_t select(hid_t space, const std::vector<int64_t>& shape, const TensorSlice
 H5TensorFile H5TensorFile::create(const std::string& path, MPI_Comm comm) {
   quiet_hdf5();
   hid_t fapl = file_access(comm);
+  errno = 0;
   hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  const int err = errno;
   H5Pclose(fapl);
-  if (f < 0) fail(path, "cannot create the HDF5 file: " + hdf5_reason());
+  if (f < 0) fail(path, "cannot create the HDF5 file: " + hdf5_reason(err, path));
   return H5TensorFile(f, path);
 }
 
@@ -136,9 +150,11 @@ void H5TensorFile::close() {
 
 std::string H5TensorFile::close_checked() {
   if (file_ < 0) return "";
+  errno = 0;
   const herr_t rc = H5Fclose(hid_t(file_));
+  const int err = errno;
   file_ = -1;
-  return rc < 0 ? path_ + ": closing the file failed: " + hdf5_reason() : "";
+  return rc < 0 ? path_ + ": closing the file failed: " + hdf5_reason(err, path_) : "";
 }
 
 std::string H5TensorFile::write(const std::string& name, const std::vector<int64_t>& shape, const TensorSlice* slice,
@@ -154,24 +170,28 @@ std::string H5TensorFile::write(const std::string& name, const std::vector<int64
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
   hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
   H5Pset_create_intermediate_group(lcpl, 1);
+  errno = 0;
   hid_t dset = H5Dcreate2(hid_t(file_), name.c_str(), H5T_NATIVE_FLOAT, space, lcpl, dcpl, H5P_DEFAULT);
+  const int create_errno = errno;
   H5Pclose(lcpl);
   H5Pclose(dcpl);
   if (dset < 0) {
     H5Sclose(space);
-    return path_ + ": creating dataset " + name + " failed: " + hdf5_reason();
+    return path_ + ": creating dataset " + name + " failed: " + hdf5_reason(create_errno, path_);
   }
   const hsize_t n = select(space, shape, slice);
   hsize_t mdim[1] = {std::max<hsize_t>(n, 1)};
   hid_t mem = H5Screate_simple(1, mdim, nullptr);
   if (n == 0) H5Sselect_none(mem);
   hid_t dxpl = transfer();
+  errno = 0;
   const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data);
+  const int write_errno = errno;
   H5Pclose(dxpl);
   H5Sclose(mem);
   H5Sclose(space);
   H5Dclose(dset);
-  return rc < 0 ? path_ + ": writing dataset " + name + " failed: " + hdf5_reason() : "";
+  return rc < 0 ? path_ + ": writing dataset " + name + " failed: " + hdf5_reason(write_errno, path_) : "";
 }
 
 std::vector<int64_t> H5TensorFile::shape_of(const std::string& name) {

@@ -18,6 +18,7 @@
 #include <csignal>
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace loom {
 
@@ -54,8 +55,17 @@ inline const char* stop_signal_name() {
     case SIGUSR1: return "SIGUSR1: a time limit ahead";
     case SIGTERM: return "SIGTERM: preemption, a time limit, or mpirun stopping the job";
     case SIGINT: return "SIGINT: Ctrl-C";
-    default: return "no signal";
+    default: return "received by another rank";
   }
+}
+
+// Seconds between the SIGTERM that Open MPI's mpirun sends its ranks (on its own SIGTERM or
+// Ctrl-C) and its SIGKILL: the MCA parameter odls_base_sigkill_timeout, which mpirun passes to
+// the ranks' environment (default 1). -1 when not launched by mpirun (srun: Slurm's KillWait).
+inline double mpirun_kill_grace_s() {
+  if (!std::getenv("OMPI_MCA_orte_hnp_uri")) return -1;
+  const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  return v && *v ? std::atof(v) : 1.0;
 }
 
 }  // namespace loom

@@ -378,6 +378,14 @@ TrainSummary Trainer::run() {
                 r_.parallel.zero, optim_->state_bytes() / 1e6, grad_sync_->bucket_count());
     std::fflush(stdout);
   }
+  // mpirun kills its ranks odls_base_sigkill_timeout seconds (1 by default) after it receives
+  // SIGTERM or Ctrl-C: too little to finish a step and save. Said once, with what works.
+  if (const double grace = mpirun_kill_grace_s(); rank_ == 0 && !r_.checkpoint.dir.empty() && grace >= 0 && grace < 60)
+    std::printf("loom: note: SIGTERM or Ctrl-C to mpirun gives the ranks %.0f s before it kills them "
+                "(odls_base_sigkill_timeout), too little to finish a step and save; to stop with a checkpoint, send "
+                "SIGUSR1 to mpirun (kill -USR1 PID): the job saves at the end of the step and exits 75 "
+                "(docs/runs.md)\n",
+                grace);
   TrainSummary summary;
   summary.start_step = summary.steps = start_step_;
   double timed_s = 0, last_wait = 0;
@@ -500,6 +508,9 @@ TrainSummary Trainer::run() {
     }
     groups_.world().all_reduce(&stop_vote, 1, parallel::ReduceOp::Max);
     const bool stop_now = stop_vote > 0 && step + 1 < r_.train.steps;
+    if (stop_vote == 2 && rank_ == 0 && step + 1 < r_.train.steps)
+      std::printf("loom: stop requested (%s): saving a checkpoint of step %lld and stopping\n", stop_signal() ?
+                  stop_signal_name() : "a signal on another rank", (long long)step + 1);
     const bool log_failed = stop_vote == 3;  // rank 0 could not write the run directory: save, then fail
     if (stop_now && !log_failed)
       summary.stopped_early = stop_vote == 2 ? std::string("a stop signal (") + stop_signal_name() + ")"

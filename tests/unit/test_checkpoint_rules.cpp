@@ -1,0 +1,210 @@
+// What may be resumed from and what may be deleted in a checkpoint.dir (checkpoint_catalog.hpp),
+// and where a resumed run's data stream continues (resume_data.hpp). Real directories and
+// manifests on disk; no MPI, no HDF5 (the manifest is what these rules read).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/data/data_loader.hpp"
+#include "engine/train/resume_data.hpp"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/loom_ckrules.XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// A checkpoint directory with a manifest recording `step` and, if given, health.
+void make_ckpt(const fs::path& dir, const std::string& name, int64_t step, int clean = -1, int64_t first_bad = -1) {
+  fs::create_directories(dir / name);
+  std::ofstream m(dir / name / "manifest.json");
+  m << "{\"step\": " << step;
+  if (clean >= 0)
+    m << ", \"health\": {\"clean\": " << (clean ? "true" : "false")
+      << ", \"first_bad_step\": " << (first_bad >= 0 ? std::to_string(first_bad) : "null") << "}";
+  m << "}\n";
+}
+
+std::vector<std::string> names(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const auto& p : paths) out.push_back(fs::path(p).filename().string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("only names Loom writes are checkpoints, ordered by the step recorded inside") {
+  int64_t step = 0;
+  CHECK(parse_checkpoint_name("step_00000010", &step));
+  CHECK(step == 10);
+  CHECK(parse_checkpoint_name("step_123456789", &step));
+  CHECK(step == 123456789);
+  CHECK_FALSE(parse_checkpoint_name("step_10_backup", &step));
+  CHECK_FALSE(parse_checkpoint_name("step_0000001", &step));  // seven digits
+  CHECK_FALSE(parse_checkpoint_name("step_00000010.partial", &step));
+  CHECK_FALSE(parse_checkpoint_name("Step_00000010", &step));
+  CHECK(checkpoint_name(42) == "step_00000042");
+
+  TempDir t;
+  make_ckpt(t.path, "step_00000010", 10);
+  make_ckpt(t.path, "step_00000015", 15);
+  make_ckpt(t.path, "step_10_backup", 10);     // a user's copy: ignored
+  make_ckpt(t.path, "step_00000099", 20);      // renamed: its manifest says 20
+  fs::create_directories(t.path / "step_00000030");  // manifest deleted
+  fs::create_directories(t.path / "step_00000035.partial");  // an interrupted save: expected, silent
+  std::ofstream(t.path / "latest") << "step_00000015\n";
+  const CheckpointCatalog c = scan_checkpoints(t.path.string());
+  REQUIRE(c.complete.size() == 2);
+  CHECK(c.complete[0].step == 10);
+  CHECK(c.complete[1].step == 15);
+  CHECK(fs::path(c.latest).filename() == "step_00000015");
+  REQUIRE(c.ignored.size() == 3);
+  std::string all;
+  for (const auto& line : c.ignored) all += line + "\n";
+  CHECK(all.find("step_10_backup: not a name Loom writes") != std::string::npos);
+  CHECK(all.find("step_00000030: no manifest.json") != std::string::npos);
+  CHECK(all.find("step_00000099: its manifest records step 20") != std::string::npos);
+  CHECK(all.find(".partial") == std::string::npos);
+}
+
+TEST_CASE("a step number with more digits than eight sorts by value, not as a string") {
+  TempDir t;
+  make_ckpt(t.path, "step_99999999", 99999999);
+  make_ckpt(t.path, "step_100000000", 100000000);
+  const CheckpointCatalog c = scan_checkpoints(t.path.string());
+  REQUIRE(c.complete.size() == 2);
+  CHECK(c.complete.back().step == 100000000);
+}
+
+TEST_CASE("resume tries the checkpoint `latest` names first, then the newest step") {
+  TempDir t;
+  for (int s : {10, 15, 20, 25}) make_ckpt(t.path, checkpoint_name(s), s);
+  {
+    // An explicit resume from step 10 saved step 15 again and wrote `latest`: the abandoned
+    // history's 20 and 25 must not win over what the last session saved.
+    std::ofstream(t.path / "latest") << "step_00000015\n";
+    const auto order = names(resume_order(scan_checkpoints(t.path.string())));
+    CHECK(order == std::vector<std::string>{"step_00000015", "step_00000025", "step_00000020", "step_00000010"});
+  }
+  std::ofstream(t.path / "latest") << "step_00000077\n";  // names nothing complete: newest first
+  const auto order = names(resume_order(scan_checkpoints(t.path.string())));
+  CHECK(order.front() == "step_00000025");
+}
+
+TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint before a divergence") {
+  TempDir t;
+  SECTION("all clean: the oldest beyond keep_last go") {
+    for (int s : {5, 10, 15, 20}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    std::ofstream(t.path / "latest") << "step_00000020\n";
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 3);
+    CHECK(names(r.prune) == std::vector<std::string>{"step_00000005"});
+    CHECK(r.pinned.empty());
+  }
+  SECTION("the issue's case: 10, 15, 20 clean, then 25, 28, 31 saved after step 22 diverged") {
+    for (int s : {10, 15, 20}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    for (int s : {25, 28, 31}) make_ckpt(t.path, checkpoint_name(s), s, 0, 22);
+    std::ofstream(t.path / "latest") << "step_00000031\n";
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 3);
+    CHECK(names(r.prune) == std::vector<std::string>{"step_00000010", "step_00000015"});
+    CHECK(fs::path(r.pinned).filename() == "step_00000020");
+    CHECK(r.pinned_reason_step == 22);
+  }
+  SECTION("the pinned one inside keep_last is not announced, and nothing clean is lost") {
+    for (int s : {10, 20}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    make_ckpt(t.path, checkpoint_name(25), 25, 0, 22);
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 3);
+    CHECK(r.prune.empty());
+    CHECK(r.pinned.empty());
+  }
+  SECTION("checkpoints of older Loom versions (no health) count as clean") {
+    for (int s : {10, 20, 30}) make_ckpt(t.path, checkpoint_name(s), s);
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 1);
+    CHECK(names(r.prune) == std::vector<std::string>{"step_00000010", "step_00000020"});
+  }
+  SECTION("`latest` is never pruned even when older than keep_last's window") {
+    for (int s : {10, 20, 30}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    std::ofstream(t.path / "latest") << "step_00000010\n";
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 1);
+    CHECK(names(r.prune) == std::vector<std::string>{"step_00000020"});
+  }
+  SECTION("strays are never in the prune list") {
+    for (int s : {10, 20, 30}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    make_ckpt(t.path, "step_10_backup", 10, 1);
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 1);
+    for (const auto& p : r.prune) CHECK(p.find("backup") == std::string::npos);
+  }
+}
+
+TEST_CASE("a resumed run continues at the next unseen sample whatever the global batch") {
+  const SavedDataPosition saved{LoaderState{20, 640}, 1337, 32, 38118};
+  std::vector<std::string> notes;
+  SECTION("same recipe: no notes") {
+    const LoaderState at = resume_data_position(saved, DataNow{1337, 32, 38118}, false, &notes);
+    CHECK(at.next_step == 20);
+    CHECK(at.next_sample == 640);
+    CHECK(notes.empty());
+  }
+  SECTION("global batch 32 -> 64: sample 640, not 20 x 64 = 1280; stated") {
+    const LoaderState at = resume_data_position(saved, DataNow{1337, 64, 38118}, false, &notes);
+    CHECK(at.next_sample == 640);
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].find("continuing at sample 640") != std::string::npos);
+  }
+  SECTION("a new seed or dataset is refused without consent, naming the key") {
+    CHECK_THROWS_WITH(resume_data_position(saved, DataNow{7, 32, 38118}, false, &notes),
+                      Catch::Contains("train.seed changed from 1337 to 7") &&
+                          Catch::Contains("checkpoint.allow_changes=true"));
+    CHECK_THROWS_WITH(resume_data_position(saved, DataNow{1337, 32, 50000}, false, &notes),
+                      Catch::Contains("50000 samples per epoch"));
+    const LoaderState at = resume_data_position(saved, DataNow{7, 32, 38118}, true, &notes);
+    CHECK(at.next_sample == 640);
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].find("train.seed changed") != std::string::npos);
+  }
+  SECTION("an older checkpoint without the position: step x the recipe's global batch") {
+    const SavedDataPosition old{LoaderState{20, -1}, -1, -1, -1};
+    const LoaderState at = resume_data_position(old, DataNow{7, 64, 1}, false, &notes);
+    CHECK(at.next_sample == 1280);
+    CHECK(notes.empty());
+  }
+}
+
+TEST_CASE("the loader started at a sample position yields the same stream as one that got there") {
+  // A dataset of 40 tokens in memory: a tiny shard, samples of seq_len 4.
+  auto file = std::make_shared<std::vector<uint8_t>>();
+  for (int i = 0; i < 400; ++i) file->push_back(uint8_t(i % 251));
+  TokenDataset d;
+  TokenShard s;
+  s.token_bytes = 1;
+  s.count = file->size();
+  s.tokens = file->data();
+  s.name = "memory";
+  d.shards.push_back(s);
+  // Global batch 4 for 5 steps (20 samples), then global batch 8 from sample 20.
+  LoaderLayout small{4, 2, 2, 0, 1, 9};
+  LoaderLayout big{4, 2, 4, 0, 1, 9};
+  DataLoader first(d, small, 1);
+  for (int i = 0; i < 5; ++i) first.next();
+  const LoaderState st = first.state();
+  CHECK(st.next_step == 5);
+  CHECK(st.next_sample == 20);
+  DataLoader resumed(d, big, 1, st);
+  const StepBatch b = resumed.next();
+  CHECK(b.step == 5);
+  // Its first sample is the stream's sample 20, which the small-batch loader gives at step 5.
+  DataLoader reference(d, small, 1, LoaderState{5, -1});
+  const StepBatch want = reference.next();
+  for (int i = 0; i < 4; ++i) CHECK(b.tokens[size_t(i)] == want.tokens[size_t(i)]);
+  CHECK(resumed.state().next_sample == 28);
+}
