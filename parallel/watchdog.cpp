@@ -305,6 +305,7 @@ void check_loop() {
       if (since == 0 || waited < s.timeout_s) continue;
       const int64_t step = s.step.load();
       const Call copy_of_slot{slot.op, slot.group, slot.channel, slot.seq, slot.collective};
+      if (slot.since_ns.load(std::memory_order_acquire) != since) continue;  // completed (and reused) meanwhile
       const std::string who = who_is_missing(s, copy_of_slot, wait_s);
       std::fprintf(stderr,
                    "loom: error: rank %d: %s on the %s group has not completed after %.0f s (%s%lld)%s. Aborting the "
