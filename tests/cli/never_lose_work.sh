@@ -24,7 +24,6 @@ rc() { cat "$WORK/$1.rc"; }
 expect_rc() { [ "$(rc "$1")" = "$2" ] || { cat "$WORK/$1.out" "$WORK/$1.err"; fail "$1: exit status $(rc "$1"), expected $2"; }; }
 has() { grep -q -- "$2" "$WORK/$1.out" "$WORK/$1.err" || { cat "$WORK/$1.out" "$WORK/$1.err"; fail "$1: no line matching: $2"; }; }
 
-if [ -z "${SKIP1:-}" ]; then
 # [1] Ten clean steps (checkpoints 6, 8, 10), then a learning rate of 1e6 from step 10: the run
 # diverges and stops after 3 non-finite steps; twice more with the normal rate it resumes the
 # diverged state and diverges again. keep_last = 3 would have deleted step 10.
@@ -60,7 +59,6 @@ r follow --set train.steps=13 --set checkpoint.dir="$ck" --set log.dir="$WORK/l5
 expect_rc follow 0
 has follow "resumed from .*step_00000012"
 echo "[1] divergence: $(grep -h "keeping" "$WORK/again2.out" | head -1)"
-fi
 
 # [2] and [12]: a copy under another name, and the newest checkpoint's manifest deleted.
 ck2=$WORK/ck2
@@ -187,6 +185,22 @@ r none --set train.steps=5 --set checkpoint.dir="$ck3" --set train.seed=7 --set 
 expect_rc none 0
 has none "loom: nothing to train: the run is at step 10 and train.steps is 5"
 grep -q "final loss 0.0000" "$WORK/none.out" && fail "[19] a 0-step session printed a final loss"
+
+# [13] Two jobs on one checkpoint.dir (each with its own log.dir): the second is refused, naming
+# the first's pid, before it trains; the first goes on undisturbed.
+"$LOOM" train configs/tiny.yaml "${quiet[@]}" --set train.steps=2000 --set log.every=1 --set checkpoint.dir="$WORK/ck5" \
+  --set log.dir="$WORK/l25" > "$WORK/first.out" 2>&1 &
+first=$!
+for _ in $(seq 600); do grep -q "^step" "$WORK/first.out" 2>/dev/null && break; sleep 0.1; done
+r second --set train.steps=10 --set checkpoint.dir="$WORK/ck5" --set log.dir="$WORK/l26"
+kill -0 "$first" || fail "[13] the first job died"
+kill -USR1 "$first"
+set +e; wait "$first"; first_rc=$?; set -e
+[ "$first_rc" = 75 ] || fail "[13] the first job, stopped with SIGUSR1, exited $first_rc, expected 75"
+expect_rc second 2
+has second "checkpoint.dir=$WORK/ck5 is in use by another Loom job (.*pid $first"
+grep -q "^step" "$WORK/second.out" && fail "[13] the second job trained"
+echo "[13] $(head -1 "$WORK/second.err" | cut -c1-160)"
 
 # [8] A model far beyond this machine's memory: refused before allocating, with the plan's figure.
 r oom --set model.d_model=8192 --set model.n_layer=64 --set model.n_head=64 --set log.dir="$WORK/l24"
