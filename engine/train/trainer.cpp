@@ -561,10 +561,12 @@ TrainSummary Trainer::run() {
       checkpointer_->wait();
       std::string where;
       if (!r_.checkpoint.dir.empty()) {
-        const std::string clean = rank_ == 0 ? checkpointer_->last_clean_checkpoint() : "";
-        where = "; the state after the last update is saved as step " + std::to_string(done) +
-                " (marked not clean); the last clean checkpoint is " + (clean.empty() ? "(none)" : clean) +
-                (clean.empty() ? "" : ": resume from it with --set checkpoint.resume=" + clean);
+        where = "; the state after the last update is saved as step " + std::to_string(done) + " (marked not clean)";
+        if (rank_ == 0) {  // rank 0 alone reads checkpoint.dir
+          const std::string clean = checkpointer_->last_clean_checkpoint();
+          where += "; the last clean checkpoint is " + (clean.empty() ? std::string("(none)") : clean) +
+                   (clean.empty() ? "" : ": resume from it with --set checkpoint.resume=" + clean);
+        }
       }
       throw std::runtime_error(std::to_string(consecutive_bad) + " steps in a row (to step " + std::to_string(done) +
                                ") had a non-finite loss or gradient norm (train.max_nonfinite_steps = " +
