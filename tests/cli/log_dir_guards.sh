@@ -93,8 +93,9 @@ if ! { mkdir -p "$WORK/full" && mount -t tmpfs -o size=200k tmpfs "$WORK/full"; 
   echo "disk full: SKIPPED (cannot mount a tmpfs here: needs root)"; echo PASS; exit 0
 fi
 trap 'umount "$WORK/full" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+# checkpoint.dir is on another disk: the run saves a checkpoint there before it stops.
 mpi -np 2 "$LOOM" train configs/tiny.yaml --set train.steps=100000 --set log.every=1 --set log.eval_every=0 \
-  --set log.dir="$WORK/full/run" > "$WORK/full.out" 2> "$WORK/full.err" &
+  --set log.dir="$WORK/full/run" --set checkpoint.dir="$WORK/fullck" > "$WORK/full.out" 2> "$WORK/full.err" &
 job=$!
 for _ in $(seq 600); do [ "$( (cat "$WORK/full/run/metrics.jsonl" 2>/dev/null || true) | wc -l)" -ge 3 ] && break; sleep 0.1; done
 dd if=/dev/zero of="$WORK/full/filler" bs=4k 2>/dev/null || true  # until the disk is full
@@ -105,6 +106,9 @@ set -e
 grep -q "$WORK/full/run/metrics.jsonl: write failed: No space left on device" "$WORK/full.err" ||
   fail "disk full: message: $(cat "$WORK/full.err")"
 ! grep -q "terminate called\|Aborted\|core dumped" "$WORK/full.err" || fail "disk full: aborted: $(cat "$WORK/full.err")"
+grep -q "metrics.jsonl: write failed: No space left on device.*(a checkpoint of step [0-9]* was saved first)" "$WORK/full.err" ||
+  fail "disk full: no checkpoint saved before stopping: $(cat "$WORK/full.err")"
+"$LOOM" ckpt inspect "$WORK/fullck" > /dev/null || fail "disk full: the checkpoint saved on the way out does not verify"
 python3 -c "
 import json, sys
 lines = open('$WORK/full/run/metrics.jsonl').read()
