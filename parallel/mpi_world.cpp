@@ -31,23 +31,30 @@ std::string MpiWorld::hostname() const {
   return buf;
 }
 
-std::string MpiWorld::agree_on_error(const std::string& local_error) const {
-  int mine = local_error.empty() ? INT_MAX : rank_;
+std::string agree_on_error(const std::string& local_error, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int mine = local_error.empty() ? INT_MAX : rank;
   int first = INT_MAX;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   if (first == INT_MAX) return "";
   // The failing rank sends its message to everyone, so rank 0 can print it once.
-  int len = rank_ == first ? static_cast<int>(local_error.size()) : 0;
-  MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
+  int len = rank == first ? static_cast<int>(local_error.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, first, comm);
   std::vector<char> buf(len);
-  if (rank_ == first) buf.assign(local_error.begin(), local_error.end());
-  MPI_Bcast(buf.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
+  if (rank == first) buf.assign(local_error.begin(), local_error.end());
+  MPI_Bcast(buf.data(), len, MPI_CHAR, first, comm);
   std::string msg(buf.begin(), buf.end());
   // Every rank failing alike (a bad recipe) is the common case; name the rank only if it is not.
   int failing = local_error.empty() ? 0 : 1, n_failing = 0;
-  MPI_Allreduce(&failing, &n_failing, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (n_failing < size_) msg = "rank " + std::to_string(first) + ": " + msg;
+  MPI_Allreduce(&failing, &n_failing, 1, MPI_INT, MPI_SUM, comm);
+  if (n_failing < size) msg = "rank " + std::to_string(first) + ": " + msg;
   return msg;
+}
+
+std::string MpiWorld::agree_on_error(const std::string& local_error) const {
+  return parallel::agree_on_error(local_error, MPI_COMM_WORLD);
 }
 
 void MpiWorld::abort(const std::string& what, int code) const {

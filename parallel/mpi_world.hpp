@@ -8,6 +8,12 @@
 
 namespace loom::parallel {
 
+// Every rank of `comm` passes its own error ("" = none). Collective: returns on every rank the
+// error of the lowest-numbered failing rank, prefixed with that rank when not every rank failed
+// ("" if none did). The way a check that may fail on some ranks only ends on all of them
+// together instead of leaving the others waiting in their next collective call.
+std::string agree_on_error(const std::string& local_error, MPI_Comm comm);
+
 class MpiWorld {
  public:
   // MPI_Init_thread (MPI_THREAD_MULTIPLE if offered, for background I/O threads). Works under

@@ -18,6 +18,7 @@ bool parse_checkpoint_name(const std::string& name, int64_t* step) {
     if (name[i] < '0' || name[i] > '9') return false;
     v = v * 10 + (name[i] - '0');
   }
+  if (name != checkpoint_name(v)) return false;  // extra leading zeros: a user's name, not ours
   if (step) *step = v;
   return true;
 }
@@ -39,7 +40,12 @@ CheckpointCatalog scan_checkpoints(const std::string& dir) {
     int64_t step = 0;
     if (!parse_checkpoint_name(name, &step)) {
       // An interrupted save's leftovers are ours and expected; anything else is the user's.
-      if (!(name.ends_with(".partial") && parse_checkpoint_name(name.substr(0, name.size() - 8), nullptr)))
+      const size_t dot = name.find('.');
+      const bool ours = dot != std::string::npos && parse_checkpoint_name(name.substr(0, dot), nullptr);
+      if (ours && name.compare(dot, 10, ".replaced-") == 0)
+        c.ignored.push_back(path + ": an earlier history's checkpoint, set aside when its step was saved again: kept, "
+                                   "never resumed from automatically (checkpoint.resume=" + path + " to use it)");
+      else if (!(ours && name.ends_with(".partial")))
         c.ignored.push_back(path + ": not a name Loom writes (step_NNNNNNNN): ignored, never resumed from or deleted");
       continue;
     }
@@ -89,29 +95,35 @@ std::vector<std::string> resume_order(const CheckpointCatalog& c) {
   return out;
 }
 
+std::string last_clean_before(const CheckpointCatalog& c, int64_t step) {
+  for (auto it = c.complete.rbegin(); it != c.complete.rend(); ++it)
+    if (it->clean && (step < 0 || it->step < step)) return it->path;
+  return "";
+}
+
 Retention plan_retention(const CheckpointCatalog& c, int keep_last) {
   Retention r;
   const size_t n = c.complete.size();
-  const size_t keep_from = n > size_t(std::max(keep_last, 1)) ? n - size_t(std::max(keep_last, 1)) : 0;
-  // The newest clean checkpoint, if some newer one is not clean.
-  for (size_t i = n; i-- > 0;) {
-    if (!c.complete[i].clean) continue;
-    for (size_t j = i + 1; j < n; ++j)
-      if (!c.complete[j].clean) {
-        r.pinned = c.complete[i].path;
-        r.pinned_reason_step = c.complete[j].first_bad_step;
-        break;
-      }
-    break;
+  const size_t keep = size_t(std::max(keep_last, 1));
+  const size_t keep_from = n > keep ? n - keep : 0;
+  // For each checkpoint that is not clean, the last clean one of its history: saved before the
+  // first bad step (a checkpoint unclean only for non-finite parameters: before its own step).
+  std::set<std::string> pins;
+  for (const CheckpointEntry& e : c.complete) {
+    if (e.clean) continue;
+    const int64_t bad = e.first_bad_step >= 0 ? e.first_bad_step : e.step;
+    const std::string p = last_clean_before(c, bad);
+    if (!p.empty() && pins.insert(p).second) {
+      const bool beyond = std::find_if(c.complete.begin(), c.complete.begin() + long(keep_from),
+                                       [&](const CheckpointEntry& x) { return x.path == p; }) !=
+                          c.complete.begin() + long(keep_from);
+      if (beyond && p != c.latest) r.pinned.push_back({p, bad});
+    }
   }
   for (size_t i = 0; i < keep_from; ++i) {
     const std::string& p = c.complete[i].path;
-    if (p != r.pinned && p != c.latest) r.prune.push_back(p);
+    if (!pins.count(p) && p != c.latest) r.prune.push_back(p);
   }
-  if (!r.pinned.empty() &&
-      std::find_if(c.complete.begin() + long(keep_from), c.complete.end(),
-                   [&](const CheckpointEntry& e) { return e.path == r.pinned; }) != c.complete.end())
-    r.pinned.clear();  // within keep_last anyway: nothing to say
   return r;
 }
 

@@ -3,6 +3,8 @@
 // "Retention"). Rank-0 helpers with no MPI: the checkpointer and `loom ckpt` use them.
 //
 // Only directories named exactly step_NNNNNNNN (eight or more digits, the names Loom writes)
+// [a checkpoint of a step saved again by a later history is set aside as
+// step_NNNNNNNN.replaced-TIME, kept and named, never resumed from automatically]
 // whose manifest.json records that same step are checkpoints. Anything else in the directory (a
 // copied step_10_backup, a step_00000020 whose manifest was deleted) is reported and ignored:
 // never resumed from, never deleted. Checkpoints are ordered by the step recorded in their
@@ -30,6 +32,7 @@ struct CheckpointCatalog {
 };
 
 // True if `name` is a checkpoint name Loom writes; sets *step.
+// Only the canonical spelling counts: step_00000010, not step_000000010.
 bool parse_checkpoint_name(const std::string& name, int64_t* step);
 std::string checkpoint_name(int64_t step);
 
@@ -41,14 +44,21 @@ CheckpointCatalog scan_checkpoints(const std::string& dir);
 // ones of the abandoned history must not win), then the others, newest step first.
 std::vector<std::string> resume_order(const CheckpointCatalog& c);
 
-struct Retention {
-  std::vector<std::string> prune;  // oldest first
-  std::string pinned;              // kept beyond keep_last (the last clean one), "" if none
-  int64_t pinned_reason_step = -1;  // the first bad step that made it pinned
+struct PinnedCheckpoint {
+  std::string path;
+  int64_t before_step = 0;  // the bad step it was saved before
 };
-// keep_last newest complete checkpoints are kept; so is the one `latest` names; so is the newest
-// clean checkpoint whenever a newer one is not clean (the last state before the run first went
-// non-finite or diverged), however many saves come after it. Nothing else is deleted.
+struct Retention {
+  std::vector<std::string> prune;         // oldest first
+  std::vector<PinnedCheckpoint> pinned;   // kept beyond keep_last (only those keep_last would delete)
+};
+// keep_last newest complete checkpoints are kept; so is the one `latest` names; so is, for every
+// checkpoint that is not clean, the newest clean one saved before its history's first bad step
+// (the last state before that run went non-finite or diverged), however many saves come after
+// it. Nothing else is deleted.
 Retention plan_retention(const CheckpointCatalog& c, int keep_last);
+
+// The newest clean checkpoint with a step below `step` (any step if step < 0); "" if none.
+std::string last_clean_before(const CheckpointCatalog& c, int64_t step);
 
 }  // namespace loom

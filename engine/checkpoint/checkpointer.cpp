@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <utility>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include "engine/util/atomic_file.hpp"
 #include "engine/util/crc32c.hpp"
 #include "engine/util/host_buffer.hpp"
+#include "parallel/mpi_world.hpp"
 #include "loom_version.hpp"
 
 namespace loom {
@@ -127,26 +129,23 @@ bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coo
   return coord.dp == owner_dp && (p.split != TpSplit::Replicated || coord.tp == 0) && (p.name != "wte" || first_stage);
 }
 
-// The first rank's error ("" if none), on every rank of `comm`, prefixed with that rank.
-std::string first_error(const std::string& mine, MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  int me = mine.empty() ? INT32_MAX : rank, first = INT32_MAX;
-  MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == INT32_MAX) return "";
-  int len = rank == first ? int(mine.size()) : 0;
-  MPI_Bcast(&len, 1, MPI_INT, first, comm);
-  std::string out(size_t(len), '\0');
-  if (rank == first) out = mine;
-  if (len) MPI_Bcast(out.data(), len, MPI_CHAR, first, comm);
-  return "rank " + std::to_string(first) + ": " + out;
-}
+std::string first_error(const std::string& mine, MPI_Comm comm) { return parallel::agree_on_error(mine, comm); }
 
 // Free bytes for an unprivileged writer on the filesystem holding `dir` (-1 if unknown).
 int64_t free_bytes(const std::string& dir) {
   struct statvfs v {};
   if (::statvfs(dir.c_str(), &v) != 0) return -1;
   return int64_t(v.f_bavail) * int64_t(v.f_frsize);
+}
+
+// Now in UTC, for file names: 20261123T154500Z.
+std::string utc_stamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y%m%dT%H%M%SZ", &tm);
+  return b;
 }
 
 std::string bcast_string(const std::string& s, MPI_Comm comm) {
@@ -183,6 +182,22 @@ Checkpointer::Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups
   if (groups.world_rank() == 0) {
     try {
       lock_ = DirLock::acquire(dir.string(), "checkpoint.dir");
+      // With the lock held no save is in progress: a step_N.partial is an interrupted save of
+      // this directory's own (never loadable), and goes, with the space it holds.
+      for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        if (e.is_directory() && name.ends_with(".partial") &&
+            parse_checkpoint_name(name.substr(0, name.size() - 8), nullptr)) {
+          std::printf("loom: removing %s: an interrupted save\n", e.path().c_str());
+          fs::remove_all(e.path());
+        }
+      }
+      // A fresh run into a directory of another run's checkpoints would prune and replace them.
+      const CheckpointCatalog c = scan_checkpoints(dir.string());
+      if (r_.checkpoint.resume == "never" && !c.complete.empty())
+        error = "checkpoint.dir=" + dir.string() + " holds checkpoints of an earlier run (newest: " +
+                c.complete.back().path + ") and checkpoint.resume=never: a fresh run there would prune and replace "
+                "them. Choose an empty checkpoint.dir, or resume (checkpoint.resume=auto or a checkpoint PATH)";
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -190,8 +205,9 @@ Checkpointer::Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups
   if (error = bcast_string(error, world); !error.empty()) throw std::runtime_error(error);
   const fs::path probe = dir / (".loom_write_probe." + std::to_string(groups.world_rank()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int open_errno = errno;
   if (fd < 0) {
-    error = "checkpoint.dir=" + dir.string() + ": cannot create files there (" + std::strerror(errno) +
+    error = "checkpoint.dir=" + dir.string() + ": cannot create files there (" + std::strerror(open_errno) +
             "); every rank writes its part of each checkpoint";
   } else {
     ::close(fd);
@@ -372,10 +388,13 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
       write_file_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
       if (fs::exists(final_dir)) {
         // A checkpoint of the same step from an earlier history (this run resumed from an older
-        // one): replaced by the state this run reached, and said so.
-        std::printf("loom: replacing %s (an earlier save of step %lld) with this run's\n", final_dir.string().c_str(),
-                    (long long)steps_done);
-        fs::remove_all(final_dir);
+        // one): set aside, never deleted, and said so. Renamed before the new one takes its name,
+        // so a crash in between loses neither.
+        const fs::path aside = root / (step_name(steps_done) + ".replaced-" + utc_stamp());
+        fs::rename(final_dir, aside);
+        std::printf("loom: step %lld was saved before by an earlier history of this run; that checkpoint is kept as "
+                    "%s\n",
+                    (long long)steps_done, aside.string().c_str());
       }
       fs::rename(partial, final_dir);
       fsync_path(root.string());
@@ -384,25 +403,34 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
       // Prune only now that a newer complete checkpoint exists, and only what retention allows.
       const CheckpointCatalog catalog = scan_checkpoints(root.string());
       const Retention keep = plan_retention(catalog, r_.checkpoint.keep_last);
-      for (const std::string& p : keep.prune) fs::remove_all(p);
+      for (const std::string& p : keep.prune) {
+        std::error_code ec;  // the save is complete: a checkpoint that will not go is a warning
+        fs::remove_all(p, ec);
+        if (ec) std::fprintf(stderr, "loom: warning: could not prune %s: %s\n", p.c_str(), ec.message().c_str());
+      }
       std::printf("loom: saved checkpoint %s (%.1f MB complete in %.2f s, %.2f GB/s: data written in %.2f s, fsync "
                   "%.2f s, checksums, manifest and rename %.2f s; older ones pruned in %.2f s)%s%s\n",
                   final_dir.string().c_str(), bytes / 1e6, complete_s, bytes / 1e9 / complete_s, data_s, fsync_s,
                   complete_s - data_s - fsync_s, seconds_since(t0) - complete_s, r_.checkpoint.async ? " [async]" : "",
                   clean ? "" : " [not clean: saved after the run went non-finite or diverged]");
-      if (!keep.pinned.empty())
+      for (const PinnedCheckpoint& pin : keep.pinned)
         std::printf("loom: keeping %s beyond checkpoint.keep_last = %d: it is the last clean checkpoint, saved before "
                     "the run went non-finite or diverged at step %lld\n",
-                    keep.pinned.c_str(), r_.checkpoint.keep_last, (long long)keep.pinned_reason_step);
+                    pin.path.c_str(), r_.checkpoint.keep_last, (long long)pin.before_step);
       std::fflush(stdout);
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   // Every rank learns of a failure on rank 0 (no rank waits for another that gave up); the
-  // .partial directory is left for the next save to clear, and older checkpoints are untouched.
-  if (error = bcast_string(error, world); !error.empty())
+  // .partial directory goes (it may hold gigabytes a retry needs), older checkpoints are untouched.
+  if (error = bcast_string(error, world); !error.empty()) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(partial, ec);
+    }
     throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
+  }
 }
 
 // Rank 0: the candidates for checkpoint.resume, the one to try first first. Entries of
@@ -417,12 +445,9 @@ std::vector<std::string> Checkpointer::candidates_on_rank0() const {
   return resume_order(c);
 }
 
-std::string Checkpointer::last_clean_checkpoint() const {
+std::string Checkpointer::last_clean_checkpoint(int64_t before_step) const {
   if (r_.checkpoint.dir.empty()) return "";
-  const CheckpointCatalog c = scan_checkpoints(r_.checkpoint.dir);
-  for (auto it = c.complete.rbegin(); it != c.complete.rend(); ++it)
-    if (it->clean) return it->path;
-  return "";
+  return last_clean_before(scan_checkpoints(r_.checkpoint.dir), before_step);
 }
 
 ResumePoint Checkpointer::resume() {
@@ -442,12 +467,13 @@ ResumePoint Checkpointer::resume() {
     if (bad.empty()) bad = load(path, at);
     if (bad.empty()) {
       if (rank0) {
-        at.last_clean = last_clean_checkpoint();
+        const int64_t bad = at.health.first_bad_step >= 0 ? at.health.first_bad_step : at.steps_done;
+        at.last_clean = last_clean_checkpoint(bad);
         if (!at.clean)
           std::fprintf(stderr,
                        "loom: warning: %s was saved after the run went non-finite or diverged (first at step %lld); "
-                       "the last clean checkpoint is %s%s\n",
-                       path.c_str(), (long long)at.health.first_bad_step,
+                       "the last clean checkpoint before that is %s%s\n",
+                       path.c_str(), (long long)bad,
                        at.last_clean.empty() ? "(none)" : at.last_clean.c_str(),
                        at.last_clean.empty() ? "" : " (set checkpoint.resume to it to go back there)");
       }
@@ -488,23 +514,31 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   // Each rank opens the (complete, read-only) file on its own and reads only its slices: no
   // collective calls, so ranks holding different numbers of tensors need not keep step. (Reading
   // through a file opened by all ranks together was no faster here.)
-  H5TensorFile f = H5TensorFile::open((fs::path(dir) / kFile).string(), MPI_COMM_SELF);
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    const GlobalTensor& g = tensors[t];
-    const ParamInfo* mine = table.find_if_held(g.name);
-    const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
-    for (int gi = 0; gi < 3; ++gi) {
-      if (!mine) continue;
-      f.read(kGroups[gi] + g.name, &s, staging.data());
-      if (canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)], model_.stage().first))
-        sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, staging.data());
-      if (gi == 0)
-        model_.set_params(mine->offset, mine->numel, staging.data());
-      else
-        optim_.import_state(gi - 1, mine->offset, mine->numel, staging.data());
+  // A read that fails on one rank (a damaged file) is agreed on before the collective checksum
+  // step, so every rank moves on to the next candidate together.
+  std::string read_error;
+  try {
+    H5TensorFile f = H5TensorFile::open((fs::path(dir) / kFile).string(), MPI_COMM_SELF);
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const GlobalTensor& g = tensors[t];
+      const ParamInfo* mine = table.find_if_held(g.name);
+      const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+      for (int gi = 0; gi < 3; ++gi) {
+        if (!mine) continue;
+        f.read(kGroups[gi] + g.name, &s, staging.data());
+        if (canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)], model_.stage().first))
+          sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, staging.data());
+        if (gi == 0)
+          model_.set_params(mine->offset, mine->numel, staging.data());
+        else
+          optim_.import_state(gi - 1, mine->offset, mine->numel, staging.data());
+      }
     }
+    f.close();
+  } catch (const std::exception& e) {
+    read_error = e.what();
   }
-  f.close();
+  if (read_error = first_error(read_error, world); !read_error.empty()) return read_error;
   // What was read must be what was saved. Until this passes, the state just installed is not
   // used: a failure makes resume() load an older checkpoint over all of it, or stop the job.
   std::string bad;

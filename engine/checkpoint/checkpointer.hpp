@@ -70,8 +70,9 @@ class Checkpointer {
   // the newest complete one that verifies, falling back past damaged ones with a message naming
   // them) and loads it.
   ResumePoint resume();
-  // Rank 0: the newest clean checkpoint in checkpoint.dir ("" if none), for messages.
-  std::string last_clean_checkpoint() const;
+  // Rank 0: the newest clean checkpoint in checkpoint.dir saved before `before_step` (any, if
+  // negative): the one to go back to from a history that went bad there. "" if none.
+  std::string last_clean_checkpoint(int64_t before_step) const;
 
  private:
   struct Snapshot;

@@ -24,9 +24,9 @@ void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 // The system's reason for the error now on this thread's HDF5 error stack: a description that
 // carries one (HDF5 writes "errno = 28, error message = 'No space left on device'", MPI-IO "MPI
-// error string is '...'"); else errno as the failed call left it; else, since Open MPI's OMPIO
-// reports a failed pwritev to HDF5 only as "file write failed", a full filesystem if that is
-// what statvfs shows for `path`; else the deepest description. Clears the stack.
+// error string is '...'"); else, since Open MPI's OMPIO reports a failed pwritev to HDF5 only as
+// "file write failed", a full filesystem if that is what statvfs shows for `path`; else errno as
+// the failed call left it; else the deepest description. Clears the stack.
 std::string hdf5_reason(int saved_errno, const std::string& path = "") {
   struct Found {
     std::string deepest, system;
@@ -42,16 +42,16 @@ std::string hdf5_reason(int saved_errno, const std::string& path = "") {
       }
     return 0;
   };
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk, &found);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &found);  // the innermost (most specific) entry first
   H5Eclear2(H5E_DEFAULT);
   if (!found.system.empty()) return found.system;
-  if (saved_errno != 0) return std::string(std::strerror(saved_errno)) + " (errno " + std::to_string(saved_errno) + ")";
   struct statvfs v {};
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (!path.empty() && ::statvfs(dir.empty() ? "." : dir.c_str(), &v) == 0 &&
       uint64_t(v.f_bavail) * v.f_frsize < (uint64_t(1) << 20))
     return std::string(std::strerror(ENOSPC)) + " (errno " + std::to_string(ENOSPC) + "; " +
            std::to_string(uint64_t(v.f_bavail) * v.f_frsize / 1024) + " KiB left on the filesystem)";
+  if (saved_errno != 0) return std::string(std::strerror(saved_errno)) + " (errno " + std::to_string(saved_errno) + ")";
   return found.deepest.empty() ? "unknown HDF5 error" : found.deepest;
 }
 

@@ -8,6 +8,7 @@
 #include "engine/config/recipe_io.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
+#include "engine/util/job_error.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
 
@@ -94,6 +95,14 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
     TrainSummary s = trainer->run();
     status = exit_status(s);
     if (world.rank() == 0) print_summary(s, r, status);
+  } catch (const JobError& e) {
+    // Every rank raised it at the same point: rank 0 prints and records it, then all end in
+    // order (a race of MPI_Aborts could kill rank 0 before its message is out).
+    if (world.rank() == 0) std::fprintf(stderr, "loom: error: %s\n", e.what());
+    trainer->note_failure(e.what());  // run.json, where this rank is rank 0
+    std::fflush(stderr);
+    world.agree_on_error("");  // a barrier: rank 0 has printed and recorded before any rank exits
+    status = 1;
   } catch (const std::exception& e) {
     trainer->note_failure(e.what());  // run.json, where this rank is rank 0
     world.abort(e.what(), 1);

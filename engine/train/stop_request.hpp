@@ -4,8 +4,8 @@
 // SIGTERM (what Slurm sends at the limit or on preemption, and mpirun on its own SIGTERM or
 // Ctrl-C) and SIGINT (Ctrl-C of a rank run without a launcher) only set a flag here; the trainer
 // reads it at the next step boundary, the ranks agree on it, and the job saves a checkpoint and
-// exits with kExitResumable, which the batch templates turn into a requeue. A second SIGINT or
-// SIGTERM ends the process at once (the default action): Ctrl-C twice always works.
+// exits with kExitResumable, which the batch templates turn into a requeue. A second SIGINT ends
+// the process at once (the default action): Ctrl-C twice always works.
 //
 // Exit statuses of `loom train` (docs/runs.md has the table):
 //   0   trained to train.steps or train.stop_at_step
@@ -28,12 +28,15 @@ constexpr int kExitStoppedNothingSaved = 4;
 namespace detail {
 inline volatile std::sig_atomic_t g_stop_signal = 0;
 inline void on_stop_signal(int sig) {
-  if (g_stop_signal && sig != SIGUSR1) {  // asked twice: stop now (async-signal-safe calls only)
+  // Ctrl-C twice: stop now (async-signal-safe calls only). A second SIGTERM or SIGUSR1 is not an
+  // escalation: launchers deliver them more than once (slurmstepd signals every process of a
+  // step and srun/mpirun forward their own copy) and the save in progress must not be killed.
+  if (g_stop_signal && sig == SIGINT) {
     std::signal(sig, SIG_DFL);
     std::raise(sig);
     return;
   }
-  g_stop_signal = sig;
+  if (!g_stop_signal) g_stop_signal = sig;
 }
 }  // namespace detail
 
@@ -41,6 +44,7 @@ inline void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = detail::on_stop_signal;
   sigemptyset(&sa.sa_mask);
+  for (int s : {SIGUSR1, SIGTERM, SIGINT}) sigaddset(&sa.sa_mask, s);  // one handler at a time
   sa.sa_flags = SA_RESTART;  // a signal must not fail a read or an MPI call in progress
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);

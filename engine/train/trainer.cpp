@@ -19,6 +19,8 @@
 #include "engine/train/memory_check.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/util/host_memory.hpp"
+#include "engine/util/job_error.hpp"
+#include "parallel/mpi_world.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/watchdog.hpp"
@@ -74,16 +76,22 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   if (backend_->stream()) groups.use_nccl(cuda_device_for_this_rank(), backend_->stream());
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames();
-  // Out of memory is said before anything large is allocated, where the plan can tell.
-  if (backend_->name() == "cpu")
-    check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])));
+  // Out of memory is said before anything large is allocated, where the plan can tell. Either
+  // check may fail on some ranks only (nodes differ): the ranks agree before going on to the
+  // collective calls below, so that none is left waiting in one.
   const auto& o = r_.optim;
   const char* allocating = "the model (parameters, gradients, activations)";
+  std::string memory_error;
+  // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
+  // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
+  std::vector<float> init;
   try {
+    if (backend_->name() == "cpu")
+      check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])));
     model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
                                    TensorParallel{groups.coord().tp, tp, &groups.device_tp()}, spec, slots,
                                    recompute_from_name(r_.train.recompute));
-    std::vector<float> init(model_->num_params());
+    init.resize(model_->num_params());
     init_params(model_->table(), shape, r_.train.seed, init.data());
     model_->set_params(init.data());
     allocating = "the gradient reduction buffers";
@@ -98,8 +106,12 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     optim_ = std::make_unique<AdamW>(*backend_, model_->table(), AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay},
                                      owned);
   } catch (const std::bad_alloc&) {
-    throw std::runtime_error(allocation_failure_message(r_, allocating, rank_));
+    memory_error = allocation_failure_message(r_, allocating, rank_);
+  } catch (const std::exception& e) {
+    memory_error = e.what();
   }
+  if (memory_error = parallel::agree_on_error(memory_error, groups.world().comm()); !memory_error.empty())
+    throw std::runtime_error(memory_error);
   schedule_ = LrSchedule{o.lr, o.min_lr, o.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
   checkpointer_ = std::make_unique<Checkpointer>(r_, groups, *model_, *optim_, *grad_sync_);
@@ -507,7 +519,7 @@ TrainSummary Trainer::run() {
       if (elapsed + margin > r_.train.max_minutes * 60) stop_vote = 1.0f;
     }
     groups_.world().all_reduce(&stop_vote, 1, parallel::ReduceOp::Max);
-    const bool stop_now = stop_vote > 0 && step + 1 < r_.train.steps;
+    const bool stop_now = stop_vote > 0 && step + 1 < r_.train.steps && step + 1 != r_.train.stop_at_step;
     if (stop_vote == 2 && rank_ == 0 && step + 1 < r_.train.steps)
       std::printf("loom: stop requested (%s): saving a checkpoint of step %lld and stopping\n", stop_signal() ?
                   stop_signal_name() : "a signal on another rank", (long long)step + 1);
@@ -535,7 +547,8 @@ TrainSummary Trainer::run() {
           // A full or failing log.dir: the ranks learn of it at the next step's vote, save a
           // checkpoint (checkpoint.dir may be elsewhere) and stop with this error.
           log_error_ = e.what();
-          std::fprintf(stderr, "loom: error: %s; saving a checkpoint and stopping\n", log_error_.c_str());
+          std::fprintf(stderr, "loom: error: %s; %s\n", log_error_.c_str(),
+                       r_.checkpoint.dir.empty() ? "stopping" : "saving a checkpoint and stopping");
         }
       }
       last_wait = train_data_->wait_seconds();
@@ -553,9 +566,9 @@ TrainSummary Trainer::run() {
     if (r_.log.trace && step + 1 == trace_to) write_trace();
     if (log_failed) {
       checkpointer_->wait();
-      throw std::runtime_error(rank_ == 0 ? log_error_ + (r_.checkpoint.dir.empty() ? "" : " (a checkpoint of step " +
-                                                          std::to_string(done) + " was saved first)")
-                                          : "stopping: rank 0 could not write the run directory (see its message)");
+      throw JobError(rank_ == 0 ? log_error_ + (r_.checkpoint.dir.empty() ? "" : " (a checkpoint of step " +
+                                                  std::to_string(done) + " was saved first)")
+                                : "stopping: rank 0 could not write the run directory (see its message)");
     }
     if (too_many_bad) {
       checkpointer_->wait();
@@ -563,17 +576,24 @@ TrainSummary Trainer::run() {
       if (!r_.checkpoint.dir.empty()) {
         where = "; the state after the last update is saved as step " + std::to_string(done) + " (marked not clean)";
         if (rank_ == 0) {  // rank 0 alone reads checkpoint.dir
-          const std::string clean = checkpointer_->last_clean_checkpoint();
+          const std::string clean = checkpointer_->last_clean_checkpoint(first_bad_step_);
           where += "; the last clean checkpoint is " + (clean.empty() ? std::string("(none)") : clean) +
                    (clean.empty() ? "" : ": resume from it with --set checkpoint.resume=" + clean);
         }
       }
-      throw std::runtime_error(std::to_string(consecutive_bad) + " steps in a row (to step " + std::to_string(done) +
+      throw JobError(std::to_string(consecutive_bad) + " steps in a row (to step " + std::to_string(done) +
                                ") had a non-finite loss or gradient norm (train.max_nonfinite_steps = " +
                                std::to_string(r_.train.max_nonfinite_steps) + ")" +
-                               (resumed_from_.empty() ? "" : "; this session resumed from " + resumed_from_) + where);
+                     (resumed_from_.empty() ? "" : "; this session resumed from " + resumed_from_) + where);
     }
     if (last) break;
+  }
+  // A run directory that failed on the last step (no next step's vote to tell the others).
+  float log_failed = log_error_.empty() ? 0.0f : 1.0f;
+  groups_.world().all_reduce(&log_failed, 1, parallel::ReduceOp::Max);
+  if (log_failed > 0) {
+    checkpointer_->wait();
+    throw JobError(rank_ == 0 ? log_error_ : "stopping: rank 0 could not write the run directory (see its message)");
   }
   parallel::Watchdog::set_step(-1);
   if (r_.log.trace && !trace_.empty() && summary.steps < trace_to) write_trace();  // a run shorter than the window

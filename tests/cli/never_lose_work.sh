@@ -37,7 +37,7 @@ has diverge "the last clean checkpoint is .*step_00000010"
 for i in 1 2; do
   r again$i --set train.steps=30 --set checkpoint.dir="$ck" --set log.dir="$WORK/l3$i"
   expect_rc again$i 1
-  has again$i "was saved after the run went non-finite or diverged (first at step 1[0-9]); the last clean checkpoint is .*step_00000010"
+  has again$i "was saved after the run went non-finite or diverged (first at step 1[0-9]); the last clean checkpoint before that is .*step_00000010"
   has again$i "this session resumed from .*step_000000[0-9]*"
 done
 has again2 "keeping .*step_00000010 beyond checkpoint.keep_last = 3: it is the last clean checkpoint"
@@ -55,9 +55,26 @@ expect_rc back 0
 has back "resumed from .*step_00000010"
 grep -q '"clean": true' "$ck/step_00000012/manifest.json" || fail "[1] the new history is not clean"
 # And auto-resume now follows `latest` (step 12), not the abandoned history's higher steps.
-r follow --set train.steps=13 --set checkpoint.dir="$ck" --set log.dir="$WORK/l5"
+# It trains to the first step the diverged history saved; that checkpoint is set aside, not
+# deleted, and said so.
+redo=$(ls "$ck" | sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' | awk '$1 > 12' | sort -n | head -1)
+[ -n "$redo" ] || fail "[1] the diverged history saved nothing after step 12: $(ls "$ck")"
+r follow --set train.steps="$redo" --set checkpoint.dir="$ck" --set log.dir="$WORK/l5"
 expect_rc follow 0
 has follow "resumed from .*step_00000012"
+has follow "step $redo was saved before by an earlier history of this run; that checkpoint is kept as .*\.replaced-"
+ls "$ck" | grep -q "^$(printf 'step_%08d' "$redo").replaced-" || fail "[1] the earlier step $redo was not kept: $(ls "$ck")"
+# Two ranks: the non-finite stop is raised on both at once; rank 0's message (with the last
+# clean checkpoint) and run.json's record both get out before the job ends.
+set +e
+mpi -np 2 "$LOOM" train configs/tiny.yaml "${quiet[@]}" --set train.steps=40 --set optim.lr=1e6 --set optim.min_lr=0 \
+  --set checkpoint.dir="$ck" --set log.dir="$WORK/l5b" > "$WORK/two.out" 2> "$WORK/two.err"; echo $? > "$WORK/two.rc"
+set -e
+expect_rc two 1
+has two "^loom: error: 3 steps in a row .*the last clean checkpoint is .*step_000000"
+python3 -c "
+import json; s = json.load(open('$WORK/l5b/run.json'))['sessions'][-1]
+assert s['exit_status'] == 1 and 'non-finite' in s['error'], s" || fail "[1] two ranks: run.json lacks the failure"
 echo "[1] divergence: $(grep -h "keeping" "$WORK/again2.out" | head -1)"
 
 # [2] and [12]: a copy under another name, and the newest checkpoint's manifest deleted.
@@ -75,11 +92,18 @@ has stray "step_99999999: its manifest records step 6"
 [ -d "$ck2/step_4_backup" ] && [ -d "$ck2/step_99999999" ] || fail "[2] a user's folder was deleted"
 [ -d "$ck2/step_00000010" ] && [ -d "$ck2/step_00000008" ] || fail "[2] the real checkpoints were pruned: $(ls "$ck2")"
 rm "$ck2/step_00000010/manifest.json"
+mkdir -p "$ck2/step_00000012.partial" && echo x > "$ck2/step_00000012.partial/model.h5"  # an interrupted save
 r nomanifest --set train.steps=11 --set checkpoint.dir="$ck2" --set log.dir="$WORK/l8"
 expect_rc nomanifest 0
 has nomanifest "step_00000010: no manifest.json (an incomplete or damaged checkpoint): not used, not deleted"
 has nomanifest "resumed from .*step_00000008"
 [ -d "$ck2/step_00000010" ] || fail "[12] the manifest-less checkpoint was deleted"
+has nomanifest "removing .*step_00000012.partial: an interrupted save"
+[ ! -e "$ck2/step_00000012.partial" ] || fail "[12] the interrupted save's leftovers were kept"
+# A fresh run (checkpoint.resume=never) into a directory of checkpoints would prune them: refused.
+r fresh --set train.steps=2 --set checkpoint.resume=never --set checkpoint.dir="$ck2" --set log.dir="$WORK/l8b"
+expect_rc fresh 2
+has fresh "holds checkpoints of an earlier run .* and checkpoint.resume=never"
 echo "[2][12] strays: $(grep -c "warning" "$WORK/nomanifest.err") warnings, nothing of the user's deleted"
 
 # [19] checkpoint.resume= a missing path, or a checkpoint.dir instead of a checkpoint.
@@ -119,6 +143,7 @@ if mkdir -p "$WORK/full" && mount -t tmpfs -o size=16m tmpfs "$WORK/full" 2>/dev
   umount "$WORK/full"
   mount -t tmpfs -o size=32m tmpfs "$WORK/full"
   r fit --set train.steps=2 --set checkpoint.dir="$WORK/full/ck" --set log.dir="$WORK/l13"
+  expect_rc fit 0
   data=$(python3 -c "
 import json; m = json.load(open('$WORK/full/ck/step_00000002/manifest.json'))
 print(sum(d['bytes'] for d in m['files'][0]['datasets']))")

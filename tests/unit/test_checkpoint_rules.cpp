@@ -54,6 +54,7 @@ TEST_CASE("only names Loom writes are checkpoints, ordered by the step recorded 
   CHECK_FALSE(parse_checkpoint_name("step_0000001", &step));  // seven digits
   CHECK_FALSE(parse_checkpoint_name("step_00000010.partial", &step));
   CHECK_FALSE(parse_checkpoint_name("Step_00000010", &step));
+  CHECK_FALSE(parse_checkpoint_name("step_000000010", &step));  // a user's spelling of step 10
   CHECK(checkpoint_name(42) == "step_00000042");
 
   TempDir t;
@@ -63,19 +64,21 @@ TEST_CASE("only names Loom writes are checkpoints, ordered by the step recorded 
   make_ckpt(t.path, "step_00000099", 20);      // renamed: its manifest says 20
   fs::create_directories(t.path / "step_00000030");  // manifest deleted
   fs::create_directories(t.path / "step_00000035.partial");  // an interrupted save: expected, silent
+  make_ckpt(t.path, "step_00000015.replaced-20261123T150000Z", 15);  // set aside by a later history
   std::ofstream(t.path / "latest") << "step_00000015\n";
   const CheckpointCatalog c = scan_checkpoints(t.path.string());
   REQUIRE(c.complete.size() == 2);
   CHECK(c.complete[0].step == 10);
   CHECK(c.complete[1].step == 15);
   CHECK(fs::path(c.latest).filename() == "step_00000015");
-  REQUIRE(c.ignored.size() == 3);
+  REQUIRE(c.ignored.size() == 4);
   std::string all;
   for (const auto& line : c.ignored) all += line + "\n";
   CHECK(all.find("step_10_backup: not a name Loom writes") != std::string::npos);
   CHECK(all.find("step_00000030: no manifest.json") != std::string::npos);
   CHECK(all.find("step_00000099: its manifest records step 20") != std::string::npos);
   CHECK(all.find(".partial") == std::string::npos);
+  CHECK(all.find("step_00000015.replaced-20261123T150000Z: an earlier history's checkpoint") != std::string::npos);
 }
 
 TEST_CASE("a step number with more digits than eight sorts by value, not as a string") {
@@ -117,8 +120,24 @@ TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint be
     std::ofstream(t.path / "latest") << "step_00000031\n";
     const Retention r = plan_retention(scan_checkpoints(t.path.string()), 3);
     CHECK(names(r.prune) == std::vector<std::string>{"step_00000010", "step_00000015"});
-    CHECK(fs::path(r.pinned).filename() == "step_00000020");
-    CHECK(r.pinned_reason_step == 22);
+    REQUIRE(r.pinned.size() == 1);
+    CHECK(fs::path(r.pinned[0].path).filename() == "step_00000020");
+    CHECK(r.pinned[0].before_step == 22);
+  }
+  SECTION("two histories: each unclean checkpoint keeps the last clean one before its own first bad step") {
+    // History A saved clean 20, 30, 40; the user resumed from 20 and history B went bad at 22
+    // and saved 24. A's clean 40 must not hide B's last clean state (20).
+    for (int s : {20, 30, 40}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    make_ckpt(t.path, checkpoint_name(24), 24, 0, 22);
+    std::ofstream(t.path / "latest") << "step_00000024\n";
+    const CheckpointCatalog c = scan_checkpoints(t.path.string());
+    const Retention r = plan_retention(c, 2);
+    CHECK(r.prune.empty());  // 30 and 40 newest, 24 latest, 20 pinned for 24
+    REQUIRE(r.pinned.size() == 1);
+    CHECK(fs::path(r.pinned[0].path).filename() == "step_00000020");
+    CHECK(r.pinned[0].before_step == 22);
+    CHECK(fs::path(last_clean_before(c, 22)).filename() == "step_00000020");
+    CHECK(fs::path(last_clean_before(c, -1)).filename() == "step_00000040");
   }
   SECTION("the pinned one inside keep_last is not announced, and nothing clean is lost") {
     for (int s : {10, 20}) make_ckpt(t.path, checkpoint_name(s), s, 1);
@@ -126,6 +145,14 @@ TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint be
     const Retention r = plan_retention(scan_checkpoints(t.path.string()), 3);
     CHECK(r.prune.empty());
     CHECK(r.pinned.empty());
+  }
+  SECTION("a checkpoint unclean only for non-finite parameters pins the clean one before it") {
+    for (int s : {10, 20}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    for (int s : {30, 40}) make_ckpt(t.path, checkpoint_name(s), s, 0);
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 2);
+    CHECK(names(r.prune) == std::vector<std::string>{"step_00000010"});
+    REQUIRE(r.pinned.size() == 1);
+    CHECK(fs::path(r.pinned[0].path).filename() == "step_00000020");
   }
   SECTION("checkpoints of older Loom versions (no health) count as clean") {
     for (int s : {10, 20, 30}) make_ckpt(t.path, checkpoint_name(s), s);
@@ -181,7 +208,7 @@ TEST_CASE("a resumed run continues at the next unseen sample whatever the global
 }
 
 TEST_CASE("the loader started at a sample position yields the same stream as one that got there") {
-  // A dataset of 40 tokens in memory: a tiny shard, samples of seq_len 4.
+  // A dataset of 400 tokens in memory: one shard, samples of seq_len 4.
   auto file = std::make_shared<std::vector<uint8_t>>();
   for (int i = 0; i < 400; ++i) file->push_back(uint8_t(i % 251));
   TokenDataset d;
@@ -207,4 +234,11 @@ TEST_CASE("the loader started at a sample position yields the same stream as one
   const StepBatch want = reference.next();
   for (int i = 0; i < 4; ++i) CHECK(b.tokens[size_t(i)] == want.tokens[size_t(i)]);
   CHECK(resumed.state().next_sample == 28);
+  // Data parallel: rank 1 of 2 takes the second half of each global batch, from the same position.
+  LoaderLayout big_dp1{4, 2, 2, 1, 2, 9};  // global batch 8 = micro 2 x accum 2 x dp 2
+  DataLoader rank1(d, big_dp1, 1, st);
+  const StepBatch mine = rank1.next();
+  DataLoader along(d, small, 1, LoaderState{6, -1});  // stream positions 24.. (small: 4 per step)
+  const StepBatch at24 = along.next();
+  for (int i = 0; i < 4 * 4; ++i) CHECK(mine.tokens[size_t(i)] == at24.tokens[size_t(i)]);
 }
