@@ -565,7 +565,8 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   const auto& loader = man["loader"];
   at.data.loader.next_step = loader["next_step"].get<int64_t>();
   at.data.loader.next_sample = loader.value("next_sample", int64_t(-1));
-  at.data.seed = loader.value("seed", int64_t(-1));
+  at.data.seed_recorded = loader.contains("seed") && loader["seed"].is_number_unsigned();
+  if (at.data.seed_recorded) at.data.seed = loader["seed"].get<uint64_t>();
   at.data.global_batch = loader.value("global_batch", int64_t(-1));
   at.data.samples_per_epoch = loader.value("samples_per_epoch", int64_t(-1));
   if (man.contains("health")) {

@@ -39,7 +39,8 @@ struct StateHealth {
 // batch or dataset is checked against it (engine/train/resume_data.hpp).
 struct SavedDataPosition {
   LoaderState loader;               // next_sample < 0: an older checkpoint that did not record it
-  int64_t seed = -1;                // -1: not recorded
+  uint64_t seed = 0;                // train.seed (all 64 bits are valid seeds)
+  bool seed_recorded = false;       // false: an older checkpoint
   int64_t global_batch = -1;
   int64_t samples_per_epoch = -1;
 };

@@ -9,9 +9,15 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
   LoaderState at = saved.loader;
   // A checkpoint of an older Loom records only the step: its position is step x global batch
   // of the run that saved it, which it did not record either; assume the recipe's.
-  if (at.next_sample < 0) at.next_sample = at.next_step * now.global_batch;
+  if (at.next_sample < 0) {
+    at.next_sample = at.next_step * now.global_batch;
+    if (notes)
+      notes->push_back("the checkpoint (from an older Loom) records no sample position: assuming it was trained with "
+                       "this recipe's global batch of " + std::to_string(now.global_batch) + ", so continuing at sample " +
+                       std::to_string(at.next_sample));
+  }
   std::vector<std::string> reorder;
-  if (saved.seed >= 0 && saved.seed != now.seed)
+  if (saved.seed_recorded && saved.seed != now.seed)
     reorder.push_back("train.seed changed from " + std::to_string(saved.seed) + " to " + std::to_string(now.seed));
   if (saved.samples_per_epoch >= 0 && saved.samples_per_epoch != now.samples_per_epoch)
     reorder.push_back("the training data holds " + std::to_string(now.samples_per_epoch) +

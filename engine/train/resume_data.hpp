@@ -16,7 +16,8 @@
 namespace loom {
 
 struct DataNow {
-  int64_t seed = 0, global_batch = 0, samples_per_epoch = 0;
+  uint64_t seed = 0;
+  int64_t global_batch = 0, samples_per_epoch = 0;
 };
 
 // The loader state to start from. `notes` gets one line per change (for rank 0 to print).

@@ -119,7 +119,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   start_step_ = at.steps_done;
   resumed_from_ = at.path;
   first_bad_step_ = at.health.first_bad_step;
-  data_now_ = DataNow{int64_t(r_.train.seed), int64_t(r_.global_batch_resolved()),
+  data_now_ = DataNow{uint64_t(r_.train.seed), int64_t(r_.global_batch_resolved()),
                       int64_t(SampleIndex(train.shards, m.seq_len).size())};
   LoaderState start;
   if (!at.path.empty()) {
@@ -556,7 +556,7 @@ TrainSummary Trainer::run() {
     const int64_t done = step + 1;
     if (!r_.checkpoint.dir.empty() && ((r_.checkpoint.every > 0 && done % r_.checkpoint.every == 0) || last)) {
       TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
-      const SavedDataPosition data{train_data_->state(), data_now_.seed, data_now_.global_batch,
+      const SavedDataPosition data{train_data_->state(), data_now_.seed, true, data_now_.global_batch,
                                    data_now_.samples_per_epoch};
       const double save_s = checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step_});
       summary.resumable = true;

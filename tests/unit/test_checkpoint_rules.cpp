@@ -174,7 +174,7 @@ TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint be
 }
 
 TEST_CASE("a resumed run continues at the next unseen sample whatever the global batch") {
-  const SavedDataPosition saved{LoaderState{20, 640}, 1337, 32, 38118};
+  const SavedDataPosition saved{LoaderState{20, 640}, 1337, true, 32, 38118};
   std::vector<std::string> notes;
   SECTION("same recipe: no notes") {
     const LoaderState at = resume_data_position(saved, DataNow{1337, 32, 38118}, false, &notes);
@@ -200,10 +200,16 @@ TEST_CASE("a resumed run continues at the next unseen sample whatever the global
     CHECK(notes[0].find("train.seed changed") != std::string::npos);
   }
   SECTION("an older checkpoint without the position: step x the recipe's global batch") {
-    const SavedDataPosition old{LoaderState{20, -1}, -1, -1, -1};
+    const SavedDataPosition old{LoaderState{20, -1}, 0, false, -1, -1};
     const LoaderState at = resume_data_position(old, DataNow{7, 64, 1}, false, &notes);
     CHECK(at.next_sample == 1280);
-    CHECK(notes.empty());
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].find("records no sample position") != std::string::npos);
+  }
+  SECTION("seeds above 2^63 are compared like any other") {
+    const SavedDataPosition big{LoaderState{20, 640}, 0xFFFFFFFFFFFFFFF0ull, true, 32, 38118};
+    CHECK_THROWS_WITH(resume_data_position(big, DataNow{1, 32, 38118}, false, &notes),
+                      Catch::Contains("train.seed changed from 18446744073709551600 to 1"));
   }
 }
 
