@@ -28,6 +28,7 @@
 #include "engine/util/atomic_file.hpp"
 #include "engine/util/crc32c.hpp"
 #include "engine/util/host_buffer.hpp"
+#include "engine/util/utc_time.hpp"
 #include "parallel/mpi_world.hpp"
 #include "loom_version.hpp"
 
@@ -139,14 +140,7 @@ int64_t free_bytes(const std::string& dir) {
 }
 
 // Now in UTC, for file names: 20261123T154500Z.
-std::string utc_stamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y%m%dT%H%M%SZ", &tm);
-  return b;
-}
+std::string utc_stamp() { return utc_now("%Y%m%dT%H%M%SZ"); }
 
 std::string bcast_string(const std::string& s, MPI_Comm comm) {
   int len = int(s.size());

@@ -7,19 +7,13 @@
 #include <stdexcept>
 
 #include "engine/util/atomic_file.hpp"
+#include "engine/util/utc_time.hpp"
 #include "loom_version.hpp"
 
 namespace loom {
 namespace fs = std::filesystem;
 
-std::string utc_now_iso() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
+std::string utc_now_iso() { return utc_now(); }
 
 RunRecord::RunRecord(const std::string& dir, const SessionInfo& s) {
   lock_ = DirLock::acquire(dir, "log.dir");  // creates dir

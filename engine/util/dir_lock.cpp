@@ -1,5 +1,7 @@
 #include "engine/util/dir_lock.hpp"
 
+#include "engine/util/utc_time.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -50,14 +52,7 @@ std::string this_host() {
   return buf;
 }
 
-std::string now_iso() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return b;
-}
+std::string now_iso() { return utc_now(); }
 
 std::string read_all(int fd) {
   std::string out;
