@@ -22,6 +22,7 @@
 #include <stdexcept>
 
 #include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/checkpoint/checkpoint_layout.hpp"
 #include "engine/checkpoint/h5_tensor_file.hpp"
 #include "engine/checkpoint/slice_checksum.hpp"
 #include "engine/config/recipe_io.hpp"
@@ -36,74 +37,13 @@ namespace loom {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kFile = "model.h5";
-
 std::string step_name(int64_t step) { return checkpoint_name(step); }
-
-// The CRC-32C of each dataset's byte range (the datasets are contiguous), read from the file in
-// 4 MiB blocks. Saves and loads do not need it (they checksum the slices in memory,
-// slice_checksum.hpp); `loom ckpt inspect` does, after precheck_checkpoint has covered the rest.
-std::vector<uint32_t> dataset_crcs_from_file(const std::string& path, const std::vector<DatasetExtent>& extents) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  std::vector<char> buf(4 << 20);
-  std::vector<uint32_t> crcs(extents.size(), 0);
-  for (size_t i = 0; i < extents.size(); ++i) {
-    f.seekg(std::streamoff(extents[i].offset));
-    for (uint64_t left = extents[i].bytes; left > 0;) {
-      f.read(buf.data(), std::streamsize(std::min<uint64_t>(buf.size(), left)));
-      const uint64_t got = uint64_t(f.gcount());
-      if (got == 0) throw std::runtime_error(path + ": short read in dataset " + extents[i].name);
-      crcs[i] = crc32c(buf.data(), got, crcs[i]);
-      left -= got;
-    }
-  }
-  return crcs;
-}
-
-std::vector<std::string> dataset_names(const GptShape& s);
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The global tensors of the model in a fixed order, with the shape stored for each (wte keeps
-// only the real vocabulary rows: the padding depends on tp).
-struct GlobalTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-};
-std::vector<GlobalTensor> global_tensors(const GptShape& s) {
-  std::vector<GlobalTensor> out;
-  const ParamTable whole = gpt_param_table(s);  // named: a temporary would die before the loop
-  for (const ParamInfo& p : whole.params()) {
-    GlobalTensor g{p.name, p.global_shape};
-    if (p.name == "wte") g.shape[0] = s.vocab;
-    out.push_back(std::move(g));
-  }
-  return out;
-}
-
-std::vector<std::string> dataset_names(const GptShape& s) {
-  std::vector<std::string> names;
-  for (const GlobalTensor& g : global_tensors(s))
-    for (const char* group : {"params/", "adam_m/", "adam_v/"}) names.push_back(group + g.name);
-  return names;
-}
-
 TensorSlice slice_of(const ParamInfo& p) { return TensorSlice{p.row_runs, p.col_begin, p.cols()}; }
-
-constexpr const char* kGroups[3] = {"params/", "adam_m/", "adam_v/"};  // dataset 3 * tensor + group
-
-std::vector<uint64_t> dataset_bytes(const std::vector<GlobalTensor>& tensors) {
-  std::vector<uint64_t> out;
-  for (const GlobalTensor& g : tensors) {
-    uint64_t n = sizeof(float);
-    for (int64_t d : g.shape) n *= uint64_t(d);
-    out.insert(out.end(), 3, n);
-  }
-  return out;
-}
 
 // Which data-parallel rank writes (and, on load, checksums) each dataset. Every dp replica holds
 // the same slices (ZeRO-1 moments are gathered first), so the datasets are dealt out among them,
@@ -301,7 +241,7 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
   {
     // A failed write (a full disk) does not throw here: every rank must go on making the same
     // collective HDF5 calls; the ranks agree on the first error once the file is closed.
-    H5TensorFile f = H5TensorFile::create((partial / kFile).string(), world);
+    H5TensorFile f = H5TensorFile::create((partial / kCheckpointFile).string(), world);
     for (size_t t = 0; t < tensors.size(); ++t) {
       const GlobalTensor& g = tensors[t];
       const ParamInfo* mine = table.find_if_held(g.name);
@@ -309,7 +249,7 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
       const float* data[3] = {snap.params.data(), snap.m.data(), snap.v.data()};
       for (int gi = 0; gi < 3; ++gi) {
         const bool writer = mine && canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)], model_.stage().first);
-        std::string bad = f.write(kGroups[gi] + g.name, g.shape, writer ? &s : nullptr,
+        std::string bad = f.write(kCheckpointGroups[gi] + g.name, g.shape, writer ? &s : nullptr,
                                   writer ? data[gi] + mine->offset : nullptr);
         if (error.empty()) error = std::move(bad);
         if (writer) sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, data[gi] + mine->offset);
@@ -335,7 +275,7 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
   MPI_Barrier(world);  // every rank has closed the file
   if (rank == 0 && error.empty()) {
     try {
-      const std::string file = (partial / kFile).string();
+      const std::string file = (partial / kCheckpointFile).string();
       const double data_s = seconds_since(t0);
       fsync_path(file);
       const double fsync_s = seconds_since(t0) - data_s;
@@ -367,7 +307,7 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
             {"loss", std::isfinite(h.loss) ? nlohmann::json(h.loss) : nlohmann::json(nullptr)},
             {"params_finite", bool(finite)},
             {"first_bad_step", h.first_bad_step >= 0 ? nlohmann::json(h.first_bad_step) : nlohmann::json(nullptr)}}},
-          {"files", {{{"name", kFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}}}},
+          {"files", {{{"name", kCheckpointFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}}}},
           {"layout",
            {{"tp", r_.parallel.tp}, {"pp", r_.parallel.pp}, {"dp", r_.parallel.dp}, {"zero", r_.parallel.zero},
             {"world", r_.world}}},
@@ -512,14 +452,14 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   // step, so every rank moves on to the next candidate together.
   std::string read_error;
   try {
-    H5TensorFile f = H5TensorFile::open((fs::path(dir) / kFile).string(), MPI_COMM_SELF);
+    H5TensorFile f = H5TensorFile::open((fs::path(dir) / kCheckpointFile).string(), MPI_COMM_SELF);
     for (size_t t = 0; t < tensors.size(); ++t) {
       const GlobalTensor& g = tensors[t];
       const ParamInfo* mine = table.find_if_held(g.name);
       const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
       for (int gi = 0; gi < 3; ++gi) {
         if (!mine) continue;
-        f.read(kGroups[gi] + g.name, &s, staging.data());
+        f.read(kCheckpointGroups[gi] + g.name, &s, staging.data());
         if (canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)], model_.stage().first))
           sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, staging.data());
         if (gi == 0)
@@ -547,7 +487,7 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
         if (it == want.end())
           bad = "manifest.json lists no dataset " + names[i];
         else if (it->second != got[i])
-          bad = (fs::path(dir) / kFile).string() + ": dataset " + names[i] + " fails its CRC-32C check (corrupted)";
+          bad = (fs::path(dir) / kCheckpointFile).string() + ": dataset " + names[i] + " fails its CRC-32C check (corrupted)";
       }
     }
   } catch (const std::exception& e) {
@@ -573,7 +513,7 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   MPI_Barrier(world);  // the time below is the slowest rank's
   if (rank0) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double bytes = double(fs::file_size(fs::path(dir) / kFile));
+    const double bytes = double(fs::file_size(fs::path(dir) / kCheckpointFile));
     std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d; read and verified %.1f MB "
                 "in %.2f s, %.2f GB/s)\n",
                 dir.c_str(), (long long)at.steps_done, man["layout"]["tp"].get<int>(), man["layout"]["pp"].get<int>(),
@@ -581,99 +521,6 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
     std::fflush(stdout);
   }
   return "";
-}
-
-std::vector<std::string> list_checkpoints(const std::string& dir) {
-  std::vector<std::string> out;
-  for (const CheckpointEntry& e : scan_checkpoints(dir).complete) out.push_back(e.path);
-  return out;
-}
-
-std::string verify_checkpoint(const std::string& ckpt) {
-  // The manifest, the sizes and the bytes outside the datasets, as before any load; then every
-  // dataset's bytes (a checksum per dataset names the tensor that is damaged).
-  if (std::string bad = precheck_checkpoint(ckpt); !bad.empty()) return bad;
-  const nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
-  for (const auto& file : man["files"]) {
-    const fs::path p = fs::path(ckpt) / file["name"].get<std::string>();
-    std::vector<DatasetExtent> extents;
-    for (const auto& d : file["datasets"])
-      extents.push_back({d["name"].get<std::string>(), d["offset"].get<uint64_t>(), d["bytes"].get<uint64_t>()});
-    const std::vector<uint32_t> crcs = dataset_crcs_from_file(p.string(), extents);
-    for (size_t i = 0; i < extents.size(); ++i)
-      if (crcs[i] != file["datasets"][i]["crc32c"].get<uint32_t>())
-        return p.string() + ": dataset " + extents[i].name + " fails its CRC-32C check (corrupted)";
-  }
-  return "";
-}
-
-std::string precheck_checkpoint(const std::string& ckpt) {
-  const fs::path man_path = fs::path(ckpt) / "manifest.json";
-  std::error_code ec;
-  if (!fs::exists(ckpt, ec)) return ckpt + ": no such directory";
-  if (!fs::is_directory(ckpt, ec)) return ckpt + ": not a directory (a checkpoint is a step_NNNNNNNN directory)";
-  if (!fs::exists(man_path)) {
-    if (!scan_checkpoints(ckpt).complete.empty())
-      return ckpt + " is a checkpoint.dir, not a checkpoint: name one of its step_NNNNNNNN directories, or use "
-                    "checkpoint.resume=auto with checkpoint.dir=" + ckpt;
-    return "no manifest.json: an incomplete or damaged checkpoint";
-  }
-  try {
-    const nlohmann::json man = nlohmann::json::parse(std::ifstream(man_path));
-    const auto& files = man.at("files");
-    if (files.size() != 1 || files[0].at("name") != kFile) return "manifest.json does not list " + std::string(kFile);
-    for (const auto& file : files) {
-      const fs::path p = fs::path(ckpt) / file.at("name").get<std::string>();
-      if (!fs::exists(p)) return p.string() + " is missing";
-      const uint64_t want_bytes = file.at("bytes").get<uint64_t>();
-      if (fs::file_size(p) != want_bytes)
-        return p.string() + " has " + std::to_string(fs::file_size(p)) + " bytes, the manifest says " +
-               std::to_string(want_bytes) + " (truncated?)";
-      std::vector<DatasetExtent> extents;
-      std::vector<uint32_t> crcs;
-      for (const auto& d : file.at("datasets")) {
-        extents.push_back({d.at("name").get<std::string>(), d.at("offset").get<uint64_t>(), d.at("bytes").get<uint64_t>()});
-        crcs.push_back(d.at("crc32c").get<uint32_t>());
-      }
-      if (file_crc_from_datasets(p.string(), want_bytes, extents, crcs) != file.at("crc32c").get<uint32_t>())
-        return p.string() + " fails its CRC-32C check outside the datasets (corrupted HDF5 metadata)";
-    }
-  } catch (const std::exception& e) {
-    return "manifest.json is unreadable or incomplete: " + std::string(e.what());
-  }
-  return "";
-}
-
-std::string inspect_checkpoint(const std::string& ckpt) {
-  std::ostringstream os;
-  if (std::string bad = verify_checkpoint(ckpt); !bad.empty()) throw std::runtime_error(ckpt + ": " + bad);
-  nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
-  os << "checkpoint " << ckpt << "\n  step " << man["step"] << ", loader next step " << man["loader"]["next_step"]
-     << ", health " << (man.contains("health") ? man["health"].dump() : std::string("(not recorded)"))
-     << "\n  saved under " << man["layout"].dump() << "\n  model " << man["model"].dump() << "\n  loom "
-     << man["loom_version"].get<std::string>() << " commit " << man["git_commit"].get<std::string>() << "\n";
-  const auto& mm = man["model"];
-  GptShape s = GptShape::make(mm["n_layer"], mm["n_head"], mm["d_model"], mm["vocab_size"], mm["seq_len"]);
-  H5TensorFile f = H5TensorFile::open((fs::path(ckpt) / kFile).string(), MPI_COMM_SELF);
-  os << "  tensors (global shape, CRC-32C of params / adam_m / adam_v data):\n";
-  for (const GlobalTensor& g : global_tensors(s)) {
-    size_t n = 1;
-    for (int64_t d : g.shape) n *= size_t(d);
-    TensorSlice all{{{0, g.shape[0]}}, 0, g.shape.size() > 1 ? g.shape[1] : 1};
-    std::vector<float> buf(n);
-    os << "    " << g.name << " [";
-    for (size_t i = 0; i < g.shape.size(); ++i) os << (i ? ", " : "") << g.shape[i];
-    os << "]";
-    for (const char* group : {"params/", "adam_m/", "adam_v/"}) {
-      f.read(group + g.name, &all, buf.data());
-      char crc[16];
-      std::snprintf(crc, sizeof crc, " %08x", crc32c(buf.data(), n * sizeof(float)));
-      os << crc;
-    }
-    os << "\n";
-  }
-  os << "  recipe:\n" << man["recipe"].get<std::string>();
-  return os.str();
 }
 
 }  // namespace loom

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint_verify.hpp"
 #include "engine/config/recipe.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/util/dir_lock.hpp"
@@ -95,19 +96,5 @@ class Checkpointer {
   std::shared_ptr<Snapshot> snapshot_;  // host buffers kept between saves
   DirLock lock_;                         // rank 0: checkpoint.dir is this job's alone
 };
-
-// Rank-0 helpers, also used by `loom ckpt`.
-// Complete checkpoints in `dir` (Loom's names, with a manifest of the same step), oldest step
-// first; what else is there is ignored (checkpoint_catalog.hpp).
-std::vector<std::string> list_checkpoints(const std::string& dir);
-// "" if the checkpoint's manifest is present and every file it lists has its size and CRC-32C;
-// otherwise what is wrong.
-std::string verify_checkpoint(const std::string& ckpt_dir);
-// The cheap part of verify_checkpoint: the manifest, the file sizes, and the CRC-32C of the
-// bytes outside the datasets (HDF5 metadata), which must be sound before HDF5 opens the file.
-// The datasets' own checksums are checked by the load, on the bytes it reads.
-std::string precheck_checkpoint(const std::string& ckpt_dir);
-// Human-readable summary: step, layout, recipe, every tensor with its shape and data CRC.
-std::string inspect_checkpoint(const std::string& ckpt_dir);
 
 }  // namespace loom
