@@ -11,7 +11,8 @@
 #       batch continues at the exact sample, and says so;
 #  [15] exit 75 only with a checkpoint saved, 4 when a stop saved nothing;
 #  [19] the end-of-run summary speaks of this session; nothing to train is said as such;
-#  [8]  a model that cannot fit is refused before allocating, with the plan's figures.
+#  [8]  a model that cannot fit is refused before allocating, with the plan's figures; one whose
+#       allocation fails anyway says what was being allocated.
 source "$(dirname "$0")/common.sh"
 corpus
 cd "$SRC"
@@ -233,4 +234,14 @@ expect_rc oom 2
 has oom "out of memory before training: 1 rank(s) on this node need [0-9]* MB (loom plan: [0-9]* MB per rank: parameters"
 has oom "MB available"
 echo "[8] $(grep -h "out of memory" "$WORK/oom.err" | cut -c1-160)"
+# ... and an allocation that fails anyway (here: a 3 GB address-space limit, which the check
+# against MemAvailable cannot see) names what was being allocated and the plan's figures.
+set +e
+(ulimit -v 3000000; t --set model.d_model=1024 --set model.n_head=8 --set model.n_layer=24 --set log.dir="$WORK/l27") \
+  > "$WORK/oomv.out" 2> "$WORK/oomv.err"; echo $? > "$WORK/oomv.rc"
+set -e
+expect_rc oomv 2
+has oomv "out of memory allocating the model (parameters, gradients, activations) (loom plan predicts [0-9]* MB per rank"
+grep -q "std::bad_alloc" "$WORK/oomv.err" && fail "[8] a bare std::bad_alloc"
+echo "[8] $(grep -h "out of memory" "$WORK/oomv.err" | cut -c1-160)"
 echo PASS
