@@ -306,12 +306,20 @@ void check_loop() {
       const int64_t step = s.step.load();
       const Call copy_of_slot{slot.op, slot.group, slot.channel, slot.seq, slot.collective};
       if (slot.since_ns.load(std::memory_order_acquire) != since) continue;  // completed (and reused) meanwhile
+      const std::string where = step >= 0 ? "training step " + std::to_string(step + 1) : "outside the training loop";
+      // The side channel is MPI too: if the library itself is wedged, asking the others could
+      // block. A backstop ends the process however that goes.
+      const int rank = s.rank;
+      std::thread([rank, wait_s] {
+        std::this_thread::sleep_for(std::chrono::duration<double>(wait_s + 20));
+        std::fprintf(stderr, "loom: error: rank %d: the watchdog could not abort the job through MPI; exiting\n", rank);
+        std::_Exit(3);
+      }).detach();
       const std::string who = who_is_missing(s, copy_of_slot, wait_s);
       std::fprintf(stderr,
-                   "loom: error: rank %d: %s on the %s group has not completed after %.0f s (%s%lld)%s. Aborting the "
+                   "loom: error: rank %d: %s on the %s group has not completed after %.0f s (%s)%s. Aborting the "
                    "job (parallel.timeout_s = %g).\n",
-                   s.rank, copy_of_slot.op, copy_of_slot.group, waited, step >= 0 ? "training step " : "step ",
-                   (long long)(step >= 0 ? step + 1 : 0), who.c_str(), s.timeout_s);
+                   s.rank, copy_of_slot.op, copy_of_slot.group, waited, where.c_str(), who.c_str(), s.timeout_s);
       std::fflush(stderr);
       abort_job(3);
     }

@@ -118,7 +118,9 @@ fs::path output_path(const std::string& out) {
 }
 
 // What a non-empty output directory holds, for the refusal message; "" when it is empty.
-std::string describe_contents(const fs::path& dir) {
+// `only_dataset`: it holds nothing but a prepared dataset (manifest.json and .bin shards), the
+// one kind of directory --force may replace.
+std::string describe_contents(const fs::path& dir, bool* only_dataset) {
   size_t entries = 0, shards = 0;
   bool manifest = false;
   std::string example;
@@ -129,6 +131,7 @@ std::string describe_contents(const fs::path& dir) {
     else if (e.path().extension() == ".bin") ++shards;
     else if (example.empty()) example = name;
   }
+  *only_dataset = entries > 0 && example.empty();
   if (entries == 0) return "";
   if (manifest || shards > 0) {
     std::string what = manifest ? "manifest.json" : "";
@@ -175,6 +178,16 @@ fs::path make_sibling_dir(const fs::path& target, const char* tag) {
   throw std::runtime_error(target.string() + tag + "*: cannot find a free name next to the output");
 }
 
+// Deletes a replaced dataset once the new one is in place. A failure (NFS keeps files a running
+// job has open) is a warning: the new dataset is already there.
+void remove_old(const fs::path& old) {
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  if (ec)
+    std::fprintf(stderr, "loom prep: warning: the replaced dataset could not be deleted (%s); remove %s by hand\n",
+                 ec.message().c_str(), old.string().c_str());
+}
+
 // Moves the finished `fresh` directory to `out`. An absent or empty `out` is replaced by one
 // rename. A non-empty one (--force) is exchanged atomically with `fresh` (renameat2
 // RENAME_EXCHANGE), or, where the file system cannot, renamed aside first; the old contents are
@@ -193,7 +206,7 @@ void swap_into_place(const fs::path& fresh, const fs::path& out, bool out_has_co
   }
 #ifdef RENAME_EXCHANGE
   if (::renameat2(AT_FDCWD, fresh.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(fresh);  // now the old contents
+    remove_old(fresh);  // now the old contents
     return;
   }
   if (const int err = errno; err != EINVAL && err != ENOSYS && err != ENOTSUP)
@@ -208,10 +221,13 @@ void swap_into_place(const fs::path& fresh, const fs::path& out, bool out_has_co
   }
   if (::rename(fresh.c_str(), out.c_str()) != 0) {
     const int err = errno;
-    ::rename(old.c_str(), out.c_str());  // put the old dataset back
-    throw std::runtime_error(out.string() + ": cannot move the finished dataset into place: " + std::strerror(err));
+    const bool restored = ::rename(old.c_str(), out.c_str()) == 0;  // put the old dataset back
+    throw std::runtime_error(out.string() + ": cannot move the finished dataset into place: " + std::strerror(err) +
+                             (restored ? "; the old dataset is back in place"
+                                       : "; the old dataset could not be put back either: it is intact in " +
+                                             old.string() + ", move it back to " + out.string()));
   }
-  fs::remove_all(old);
+  remove_old(old);
 }
 
 }  // namespace
@@ -243,14 +259,30 @@ PrepSummary run_prep(const PrepOptions& o) {
   bool out_has_content = false;
   if (fs::exists(st)) {
     if (!fs::is_directory(st)) throw std::runtime_error("--out " + o.out + ": exists and is not a directory");
-    const std::string contents = describe_contents(out);
+    bool only_dataset = false;
+    const std::string contents = describe_contents(out, &only_dataset);
     out_has_content = !contents.empty();
+    if (out_has_content && !only_dataset)
+      throw std::runtime_error("--out " + o.out + " " + contents +
+                               ": it holds files that are not a prepared dataset, and --force replaces only a "
+                               "directory that holds nothing but one (manifest.json and .bin shards); choose another "
+                               "--out");
     if (out_has_content && !o.force)
       throw std::runtime_error("--out " + o.out + " " + contents +
                                "; pass --force to replace it (the new dataset is written aside and swapped in only "
                                "once complete), or choose another --out");
+    // The dataset is written beside --out and renamed in: that cannot cross into a mount point.
+    struct stat here {}, parent {};
+    if (::stat(out.c_str(), &here) == 0 && ::stat(out.parent_path().c_str(), &parent) == 0 &&
+        here.st_dev != parent.st_dev)
+      throw std::runtime_error("--out " + o.out + " is a mount point: loom prep writes the dataset beside it and "
+                               "renames it into place, which cannot cross file systems; use a directory inside it, "
+                               "e.g. --out " + (out / "dataset").string());
+    std::vector<std::string> mine = o.inputs;
+    if (!o.vocab.empty()) mine.push_back(o.vocab);
+    if (!o.merges.empty()) mine.push_back(o.merges);
     if (out_has_content)
-      for (const auto& in : o.inputs) {
+      for (const auto& in : mine) {
         const fs::path rel = fs::weakly_canonical(in).lexically_relative(fs::weakly_canonical(out));
         if (!rel.empty() && *rel.begin() != "..")
           throw std::runtime_error("--force --out " + o.out + ": the input " + in +

@@ -52,8 +52,10 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step) {
   // step still in effect (markers supersede the rows before them from their step on), markers.
   off_t complete = 0;
   int64_t last_step = -1, rows = 0, markers = 0;
+  bool read_whole = st.st_size == 0;  // the file was read to its end without an error
   if (st.st_size > 0) {
     std::ifstream in(path_, std::ios::binary);
+    if (!in) throw std::runtime_error(path_ + ": cannot read it to append to it: " + std::strerror(errno) + " (log.dir)");
     std::string line;
     while (std::getline(in, line) && !in.eof()) {
       complete += off_t(line.size()) + 1;
@@ -65,8 +67,17 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t resume_step) {
         last_step = std::max(last_step, step);
       }
     }
+    read_whole = in.eof() && !in.bad();
   }
   size_ = complete;
+  if (!read_whole)
+    throw std::runtime_error(path_ + ": reading it failed before its end (" + std::strerror(errno) +
+                             "); nothing was changed (log.dir)");
+  // Only a tail without a newline, of at most one line's size, is an incomplete line; anything
+  // longer is not what an interrupted write leaves, and is not Loom's to cut.
+  if (st.st_size > complete && st.st_size - complete > (off_t(1) << 16))
+    throw std::runtime_error(path_ + ": ends with " + std::to_string((long long)(st.st_size - complete)) +
+                             " bytes without a newline, more than one interrupted line; not appending to it (log.dir)");
   if (st.st_size > complete) {
     // A line cut short by a job that died mid-write (or by an older Loom on a full disk): it is
     // not JSON and the next line would be glued to it.

@@ -58,11 +58,13 @@ void RunRecord::finish(int64_t end_step, int exit_status, const std::string& err
   s["end_step"] = end_step;
   s["exit_status"] = exit_status;
   if (!error.empty()) s["error"] = error;
-  if (exit_status != 1) return save();
+  // Recording the end must not change it: a full disk here would turn a finished or resumable
+  // run (0, 4, 75) into a failure, or hide the first error of a failed one.
   try {
     save();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom: error: could not record the failure in run.json: %s\n", e.what());
+    std::fprintf(stderr, "loom: %s: could not record the session's end (exit status %d) in run.json: %s\n",
+                 exit_status == 1 ? "error" : "warning", exit_status, e.what());
   }
 }
 

@@ -28,7 +28,13 @@ struct DirLock::Held {
   pid_t owner = 0;  // a forked child inherits the registry and this object, not the lock
   ~Held() {
     if (fd < 0) return;
-    if (::getpid() == owner) ::unlink(path.c_str());  // before the flock goes: a job that opened it meanwhile sees it replaced
+    // Unlinked before the flock goes (a job that opened it meanwhile sees it replaced), and only
+    // if the file at the path is still this one: after a takeover (a lock judged stale, or
+    // deleted by hand) it is another job's.
+    struct stat mine {}, there {};
+    if (::getpid() == owner && ::fstat(fd, &mine) == 0 && ::stat(path.c_str(), &there) == 0 &&
+        mine.st_ino == there.st_ino && mine.st_dev == there.st_dev)
+      ::unlink(path.c_str());
     ::close(fd);
   }
 };

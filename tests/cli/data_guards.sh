@@ -33,6 +33,19 @@ grep -qF -- "pass --force to replace it" err.txt || fail "no --force hint: $(cat
 mkdir notes && echo keep > notes/todo.txt
 refused "--out notes is not empty (1 entry, e.g. 'todo.txt')" "${prep[@]}" --out notes in.txt
 [ "$(cat notes/todo.txt)" = keep ] || fail "a refused prep touched notes/"
+# --force replaces only a directory that holds nothing but a dataset: never a user's directory.
+refused "it holds files that are not a prepared dataset, and --force replaces only" "${prep[@]}" --out notes --force in.txt
+[ "$(cat notes/todo.txt)" = keep ] || fail "prep --force touched notes/"
+cp -r ds mixed && echo mine > mixed/README
+refused "it holds files that are not a prepared dataset" "${prep[@]}" --out mixed --force in.txt
+[ "$(cat mixed/README)" = mine ] || fail "prep --force replaced a dataset directory holding a user's file"
+# A mount point as --out: refused up front (the dataset is renamed in from beside it).
+if mkdir -p mnt && mount -t tmpfs -o size=4m tmpfs mnt 2>/dev/null; then
+  refused "is a mount point" "${prep[@]}" --out mnt in.txt
+  umount mnt
+else
+  echo "mount point case skipped: cannot mount a tmpfs here"
+fi
 "${prep[@]}" --out ds --force --seed 7 in.txt > force.out
 grep -qF "replaced the previous contents of ds" force.out || fail "--force did not say it replaced: $(cat force.out)"
 [ "$(ls -d ds* | tr '\n' ' ')" = "ds " ] || fail "--force left other directories: $(ls -d ds*)"

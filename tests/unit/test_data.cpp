@@ -495,13 +495,17 @@ TEST_CASE("loom prep refuses a non-empty --out without force, and with force swa
     CHECK(read_all(dir / "ds" / "train_000000.bin") == shard0);
     CHECK(names_in(dir) == std::vector<std::string>{"ds", "empty.txt", "in_a.txt", "in_b.txt"});
   }
-  SECTION("force refuses to replace a directory holding one of its inputs") {
+  SECTION("force refuses to replace a directory holding one of its inputs, or anything not a dataset") {
     std::ofstream(dir / "ds" / "inside.txt") << "text\n";
     PrepOptions b = small_prep(dir, "ds", 'b', true);
     b.inputs = {(dir / "ds" / "inside.txt").string()};
-    CHECK_THAT(error_of([&] { run_prep(b); }),
-               Contains("inside.txt lies inside the directory that --force would replace"));
+    CHECK_THAT(error_of([&] { run_prep(b); }), Contains("holds files that are not a prepared dataset"));
     CHECK(fs::exists(dir / "ds" / "inside.txt"));
+    fs::remove(dir / "ds" / "inside.txt");
+    std::ofstream(dir / "ds" / "more.bin") << "text\n";  // an input that looks like a shard
+    b.inputs = {(dir / "ds" / "more.bin").string()};
+    CHECK_THAT(error_of([&] { run_prep(b); }), Contains("more.bin lies inside the directory that --force would replace"));
+    CHECK(fs::exists(dir / "ds" / "more.bin"));
   }
 }
 
