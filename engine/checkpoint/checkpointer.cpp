@@ -70,8 +70,6 @@ bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coo
   return coord.dp == owner_dp && (p.split != TpSplit::Replicated || coord.tp == 0) && (p.name != "wte" || first_stage);
 }
 
-std::string first_error(const std::string& mine, MPI_Comm comm) { return parallel::agree_on_error(mine, comm); }
-
 // Free bytes for an unprivileged writer on the filesystem holding `dir` (-1 if unknown).
 int64_t free_bytes(const std::string& dir) {
   struct statvfs v {};
@@ -147,7 +145,7 @@ Checkpointer::Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups
     ::close(fd);
     ::unlink(probe.c_str());
   }
-  if (error = first_error(error, world); !error.empty()) throw std::runtime_error(error);
+  if (error = parallel::agree_on_error(error, world); !error.empty()) throw std::runtime_error(error);
 }
 
 Checkpointer::~Checkpointer() {
@@ -259,7 +257,7 @@ void Checkpointer::write(const Snapshot& snap, MPI_Comm world) {
     f.set_attr("step", std::to_string(steps_done));
     if (std::string bad = f.close_checked(); error.empty()) error = std::move(bad);
   }
-  if (error = first_error(error, world); !error.empty()) {
+  if (error = parallel::agree_on_error(error, world); !error.empty()) {
     if (rank == 0) {
       std::error_code ec;
       fs::remove_all(partial, ec);  // ours, incomplete, and taking the space a retry needs
@@ -472,7 +470,7 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   } catch (const std::exception& e) {
     read_error = e.what();
   }
-  if (read_error = first_error(read_error, world); !read_error.empty()) return read_error;
+  if (read_error = parallel::agree_on_error(read_error, world); !read_error.empty()) return read_error;
   // What was read must be what was saved. Until this passes, the state just installed is not
   // used: a failure makes resume() load an older checkpoint over all of it, or stop the job.
   std::string bad;

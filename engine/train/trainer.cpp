@@ -564,12 +564,6 @@ TrainSummary Trainer::run() {
       max_save_s = std::max(max_save_s, save_s);
     }
     if (r_.log.trace && step + 1 == trace_to) write_trace();
-    if (log_failed) {
-      checkpointer_->wait();
-      throw JobError(rank_ == 0 ? log_error_ + (r_.checkpoint.dir.empty() ? "" : " (a checkpoint of step " +
-                                                  std::to_string(done) + " was saved first)")
-                                : "stopping: rank 0 could not write the run directory (see its message)");
-    }
     if (too_many_bad) {
       checkpointer_->wait();
       std::string where;
@@ -588,12 +582,15 @@ TrainSummary Trainer::run() {
     }
     if (last) break;
   }
-  // A run directory that failed on the last step (no next step's vote to tell the others).
-  float log_failed = log_error_.empty() ? 0.0f : 1.0f;
-  groups_.world().all_reduce(&log_failed, 1, parallel::ReduceOp::Max);
-  if (log_failed > 0) {
+  // Rank 0 could not write the run directory: the vote ended the loop at the next step (whose
+  // checkpoint is saved), or the failure came on the last step; either way the run fails here.
+  float log_failed_anywhere = log_error_.empty() ? 0.0f : 1.0f;
+  groups_.world().all_reduce(&log_failed_anywhere, 1, parallel::ReduceOp::Max);
+  if (log_failed_anywhere > 0) {
     checkpointer_->wait();
-    throw JobError(rank_ == 0 ? log_error_ : "stopping: rank 0 could not write the run directory (see its message)");
+    throw JobError(rank_ != 0 ? "stopping: rank 0 could not write the run directory (see its message)"
+                              : log_error_ + (r_.checkpoint.dir.empty() ? "" : " (a checkpoint of step " +
+                                                 std::to_string(summary.steps) + " was saved first)"));
   }
   parallel::Watchdog::set_step(-1);
   if (r_.log.trace && !trace_.empty() && summary.steps < trace_to) write_trace();  // a run shorter than the window
