@@ -60,7 +60,8 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int N
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int NH) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* /*out: not needed*/, const T* att, int B, int Tn,
+                        int C, int NH) {
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
 #pragma omp parallel
@@ -96,7 +97,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int);
-template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, const float*, const float*, int, int, int,
+                                        int);
+template void attention_backward<double>(double*, const double*, const double*, const double*, const double*, int,
+                                         int, int, int);
 
 }  // namespace loom::cpu

@@ -198,16 +198,19 @@ void check_head_size(int C, int NH) {
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+// `saved` is the log-sum-exp of each (b, h, t) row: B * NH * T floats.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, Context& ctx) {
   check_head_size(C, NH);
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
-  attention_forward_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(out, lse, qkv, B, T, C, NH);
+  attention_forward_kernel<<<blocks_for(rows, 4), 128, 0, ctx.stream>>>(out, lse, qkv, B, T, C, NH);
   LOOM_CUDA_LAUNCHED();
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH, Workspace ws, cudaStream_t stream) {
+                        int T, int C, int NH, Context& ctx) {
+  const Workspace ws = ctx.workspace(size_t(B) * NH * T * sizeof(float));  // delta: a float per row
+  const cudaStream_t stream = ctx.stream;
   check_head_size(C, NH);
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;

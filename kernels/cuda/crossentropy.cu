@@ -87,31 +87,31 @@ __global__ void ce_finish_kernel(float* losses, float* logits, const float* maxe
 }  // namespace
 
 void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp, float dloss,
-                          bool write_grad, cudaStream_t stream) {
+                          bool write_grad, Context& ctx) {
   if (N == 0) return;
-  softmax_ce_kernel<<<N, kThreads, 0, stream>>>(losses, logits, targets, V, Vp, dloss, write_grad);
+  softmax_ce_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, logits, targets, V, Vp, dloss, write_grad);
   LOOM_CUDA_LAUNCHED();
 }
 
-void crossentropy_max(float* maxes, const float* logits, int N, int Vl, int v_real, cudaStream_t stream) {
+void crossentropy_max(float* maxes, const float* logits, int N, int Vl, int v_real, Context& ctx) {
   if (N == 0) return;
-  ce_max_kernel<<<N, kThreads, 0, stream>>>(maxes, logits, Vl, v_real);
+  ce_max_kernel<<<N, kThreads, 0, ctx.stream>>>(maxes, logits, Vl, v_real);
   LOOM_CUDA_LAUNCHED();
 }
 
 void crossentropy_partials(float* partials, const float* logits, const float* maxes, const int32_t* targets, int N,
-                           int Vl, int v_real, int vocab_start, cudaStream_t stream) {
+                           int Vl, int v_real, int vocab_start, Context& ctx) {
   if (N == 0) return;
-  ce_partials_kernel<<<N, kThreads, 0, stream>>>(partials, logits, maxes, targets, N, Vl, v_real, vocab_start);
+  ce_partials_kernel<<<N, kThreads, 0, ctx.stream>>>(partials, logits, maxes, targets, N, Vl, v_real, vocab_start);
   LOOM_CUDA_LAUNCHED();
 }
 
 void crossentropy_finish(float* losses, float* logits, const float* maxes, const float* partials,
                          const int32_t* targets, int N, int Vl, int v_real, int vocab_start, float dloss,
-                         bool write_grad, cudaStream_t stream) {
+                         bool write_grad, Context& ctx) {
   if (N == 0) return;
-  ce_finish_kernel<<<N, kThreads, 0, stream>>>(losses, logits, maxes, partials, targets, N, Vl, v_real, vocab_start,
-                                               dloss, write_grad);
+  ce_finish_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, logits, maxes, partials, targets, N, Vl, v_real,
+                                                   vocab_start, dloss, write_grad);
   LOOM_CUDA_LAUNCHED();
 }
 

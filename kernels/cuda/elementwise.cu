@@ -1,6 +1,6 @@
-// Elementwise ops over flat buffers: GELU (tanh approximation, GPT-2), residual add, scale, and
-// AdamW (PyTorch's formulation, bias corrections computed in double on the host as the CPU
-// reference does). One thread per element, grid-stride loops.
+// Elementwise ops over flat buffers: zero (a memset), GELU (tanh approximation, GPT-2), residual
+// add, scale, and AdamW (PyTorch's formulation, bias corrections computed in double on the host
+// as the CPU reference does). One thread per element, grid-stride loops.
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -53,37 +53,39 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+void zero(float* p, size_t n, Context& ctx) { LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), ctx.stream)); }
+
+void gelu_forward(float* out, const float* inp, size_t n, Context& ctx) {
   if (!n) return;
-  gelu_forward_kernel<<<grid_for(n), 256, 0, stream>>>(out, inp, n);
+  gelu_forward_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(out, inp, n);
   LOOM_CUDA_LAUNCHED();
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream) {
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, Context& ctx) {
   if (!n) return;
-  gelu_backward_kernel<<<grid_for(n), 256, 0, stream>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(dinp, inp, dout, n);
   LOOM_CUDA_LAUNCHED();
 }
 
-void residual_forward(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
+void residual_forward(float* out, const float* a, const float* b, size_t n, Context& ctx) {
   if (!n) return;
-  residual_kernel<<<grid_for(n), 256, 0, stream>>>(out, a, b, n);
+  residual_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(out, a, b, n);
   LOOM_CUDA_LAUNCHED();
 }
 
-void scale(float* x, size_t n, float s, cudaStream_t stream) {
+void scale(float* x, size_t n, float s, Context& ctx) {
   if (!n) return;
-  scale_kernel<<<grid_for(n), 256, 0, stream>>>(x, n, s);
+  scale_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(x, n, s);
   LOOM_CUDA_LAUNCHED();
 }
 
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int64_t t, cudaStream_t stream) {
+                  float eps, float weight_decay, int64_t t, Context& ctx) {
   if (!n) return;
   const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
   const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
-  adamw_kernel<<<grid_for(n), 256, 0, stream>>>(param, grad, m, v, n, beta1, beta2, eps, lr / bc1,
-                                                1.0f - lr * weight_decay, bc2_sqrt);
+  adamw_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(param, grad, m, v, n, beta1, beta2, eps, lr / bc1,
+                                                    1.0f - lr * weight_decay, bc2_sqrt);
   LOOM_CUDA_LAUNCHED();
 }
 

@@ -1,6 +1,11 @@
 // Token + position embedding. Forward: one thread per output element. Backward: dwpe summed
-// over the batch in order (a thread per (t, c)); dwte by buckets of positions per token, each
-// bucket summed in ascending position order by one block: deterministic, no atomics.
+// over the batch in order (a thread per (t, c)); dwte by buckets of positions per token, built
+// on the host from the N token ids (small; reading them synchronises the stream), each bucket
+// summed in ascending position order by one block: deterministic, no atomics.
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -40,29 +45,61 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, cons
   }
 }
 
+// Host to device, waiting for the copy (the host vector may be reused on return).
+void upload(int32_t* dst, const std::vector<int32_t>& src, cudaStream_t stream) {
+  if (src.empty()) return;
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 }  // namespace
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
-                     int vocab_start, int vocab_rows, cudaStream_t stream) {
+                     int vocab_start, int vocab_rows, Context& ctx) {
   const size_t n = size_t(B) * T * C;
   if (n == 0) return;
-  encoder_forward_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, tokens, wte, wpe, B, T, C, vocab_start,
-                                                                 vocab_rows);
+  encoder_forward_kernel<<<blocks_for(n, 256), 256, 0, ctx.stream>>>(out, tokens, wte, wpe, B, T, C, vocab_start,
+                                                                     vocab_rows);
   LOOM_CUDA_LAUNCHED();
 }
 
-void encoder_backward_wpe(float* dwpe, const float* dout, int B, int T, int C, cudaStream_t stream) {
-  const size_t n = size_t(T) * C;
-  if (n == 0) return;
-  encoder_backward_wpe_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                      int vocab_start, int vocab_rows, Context& ctx) {
+  const cudaStream_t stream = ctx.stream;
+  if (dwpe && size_t(T) * C > 0) {
+    encoder_backward_wpe_kernel<<<blocks_for(size_t(T) * C, 256), 256, 0, stream>>>(dwpe, dout, B, T, C);
+    LOOM_CUDA_LAUNCHED();
+  }
+  // Buckets of positions per in-range token, on the host (N ints), positions ascending within
+  // a bucket: the device sums each bucket in that order.
+  const int N = B * T;
+  std::vector<int32_t> tok(static_cast<size_t>(N));
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(tok.data(), tokens, size_t(N) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<int32_t> order(static_cast<size_t>(N));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return tok[size_t(a)] < tok[size_t(b)]; });
+  std::vector<int32_t> rows, begins, positions;
+  for (int32_t p : order) {
+    const int32_t r = tok[size_t(p)] - vocab_start;
+    if (r < 0 || r >= vocab_rows) continue;
+    if (rows.empty() || rows.back() != r) {
+      rows.push_back(r);
+      begins.push_back(int32_t(positions.size()));
+    }
+    positions.push_back(p);
+  }
+  begins.push_back(int32_t(positions.size()));
+  if (rows.empty()) return;
+  int32_t* d_rows = ctx.int_buffer(0, rows.size());
+  int32_t* d_begins = ctx.int_buffer(1, begins.size());
+  int32_t* d_pos = ctx.int_buffer(2, positions.size());
+  upload(d_rows, rows, stream);
+  upload(d_begins, begins, stream);
+  upload(d_pos, positions, stream);
+  encoder_backward_wte_kernel<<<unsigned(rows.size()), 256, 0, stream>>>(dwte, dout, d_rows, d_begins, d_pos, C);
   LOOM_CUDA_LAUNCHED();
-}
-
-void encoder_backward_wte(float* dwte, const float* dout, const int32_t* bucket_row, const int32_t* bucket_begin,
-                          const int32_t* bucket_pos, int buckets, int C, cudaStream_t stream) {
-  if (buckets == 0) return;
-  encoder_backward_wte_kernel<<<buckets, 256, 0, stream>>>(dwte, dout, bucket_row, bucket_begin, bucket_pos, C);
-  LOOM_CUDA_LAUNCHED();
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors die here
 }
 
 }  // namespace loom::cuda

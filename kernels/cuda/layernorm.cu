@@ -86,16 +86,19 @@ __global__ void sum_groups_kernel(float* dw, float* db, const float* part_w, con
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
-                       int C, cudaStream_t stream) {
+                       int C, Context& ctx) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<blocks_for(size_t(N), 8), 256, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+  layernorm_forward_kernel<<<blocks_for(size_t(N), 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
   LOOM_CUDA_LAUNCHED();
 }
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                        const float* mean, const float* rstd, int N, int C, Workspace ws, cudaStream_t stream) {
+                        const float* mean, const float* rstd, int N, int C, Context& ctx) {
+  const size_t need = size_t(2) * kGroups * C * sizeof(float);  // the partial sums of dw and db
+  const Workspace ws = ctx.workspace(need);
+  const cudaStream_t stream = ctx.stream;
   if (N == 0) return;
-  if (ws.bytes < size_t(2) * kGroups * C * sizeof(float))
+  if (ws.bytes < need)
     throw std::runtime_error("layernorm_backward: workspace too small");
   float* part_w = static_cast<float*>(ws.ptr);
   float* part_b = part_w + size_t(kGroups) * C;

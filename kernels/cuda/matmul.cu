@@ -104,8 +104,7 @@ __global__ void column_finish_kernel(float* out, const float* part, int cols) {
   out[c] += s;
 }
 
-}  // namespace
-
+// out (cols) += column sums of x (rows, cols), in a fixed order. Needs ws of cols * 64 floats.
 void column_sums_add(float* out, const float* x, int rows, int cols, Workspace ws, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   if (ws.bytes < size_t(kColGroups) * cols * sizeof(float)) throw std::runtime_error("column_sums_add: workspace too small");
@@ -116,14 +115,21 @@ void column_sums_add(float* out, const float* x, int rows, int cols, Workspace w
   LOOM_CUDA_LAUNCHED();
 }
 
-void matmul_forward(cublasLtHandle_t lt, Workspace ws, float* out, const float* inp, const float* w,
-                    const float* bias, int N, int C, int OC, cudaStream_t stream) {
+}  // namespace
+
+void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC,
+                    Context& ctx) {
+  const Workspace ws = ctx.workspace(0);
+  const cudaStream_t stream = ctx.stream;
   if (N == 0 || OC == 0) return;
-  gemm(lt, ws, out, w, /*transA=*/true, C, inp, /*transB=*/false, C, OC, N, C, 0.0f, bias, stream);
+  gemm(ctx.lt, ws, out, w, /*transA=*/true, C, inp, /*transB=*/false, C, OC, N, C, 0.0f, bias, stream);
 }
 
-void matmul_backward(cublasLtHandle_t lt, Workspace ws, float* dinp, float* dw, float* dbias, const float* dout,
-                     const float* inp, const float* w, int N, int C, int OC, cudaStream_t stream) {
+void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w, int N,
+                     int C, int OC, Context& ctx) {
+  const Workspace ws = ctx.workspace(size_t(kColGroups) * OC * sizeof(float));  // column_sums_add
+  const cudaStream_t stream = ctx.stream;
+  const cublasLtHandle_t lt = ctx.lt;
   if (N == 0) return;
   if (dinp) gemm(lt, ws, dinp, w, false, C, dout, false, OC, C, N, OC, 0.0f, nullptr, stream);
   gemm(lt, ws, dw, inp, false, C, dout, true, OC, C, OC, N, 1.0f, nullptr, stream);

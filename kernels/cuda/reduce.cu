@@ -8,6 +8,7 @@
 namespace loom::cuda {
 namespace {
 
+constexpr int kReduceBlocks = 256;
 constexpr int kThreads = 256;
 
 template <bool kSquares>
@@ -34,9 +35,9 @@ __global__ void finish_kernel(double* out, const double* partials, int count) {
   *out = s;
 }
 
-}  // namespace
-
-double sum(const float* x, size_t n, bool squares, Workspace ws, cudaStream_t stream) {
+// The sum (of squares) of x[0, n) in double; needs ws of kReduceBlocks + 1 doubles. Returns the
+// result, so it synchronises the stream.
+double reduce(const float* x, size_t n, bool squares, Workspace ws, cudaStream_t stream) {
   if (n == 0) return 0.0;
   if (ws.bytes < (kReduceBlocks + 1) * sizeof(double)) throw std::runtime_error("sum: workspace too small");
   double* partials = static_cast<double*>(ws.ptr);
@@ -51,6 +52,16 @@ double sum(const float* x, size_t n, bool squares, Workspace ws, cudaStream_t st
   LOOM_CUDA_CHECK(cudaMemcpyAsync(&result, partials + kReduceBlocks, sizeof result, cudaMemcpyDeviceToHost, stream));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
   return result;
+}
+
+}  // namespace
+
+double sum_squares(const float* x, size_t n, Context& ctx) {
+  return reduce(x, n, true, ctx.workspace((kReduceBlocks + 1) * sizeof(double)), ctx.stream);
+}
+
+double sum(const float* x, size_t n, Context& ctx) {
+  return reduce(x, n, false, ctx.workspace((kReduceBlocks + 1) * sizeof(double)), ctx.stream);
 }
 
 }  // namespace loom::cuda

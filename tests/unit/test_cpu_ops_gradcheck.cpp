@@ -136,7 +136,7 @@ TEST_CASE("causal attention backward matches finite differences") {
       CHECK(s == Approx(1.0).epsilon(1e-12));
     }
   Vec dqkv(qkv.size(), 55.0);
-  attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), R.data(), qkv.data(), out.data(), att.data(), B, T, C, NH);
   fd_check("dqkv", qkv, dqkv, loss);
 }
 
