@@ -4,35 +4,43 @@
 // token embedding, fused softmax cross-entropy. Buffers are allocated once for a fixed micro
 // batch B; shapes are noted on every buffer (N = B*T).
 //
-// With tensor parallelism (Megatron-LM): the QKV and MLP-fc projections are column-parallel
-// (heads and hidden units split over the tp group), the attention and MLP output projections
-// row-parallel, so each block does one all-reduce after each row-parallel projection forward
-// (g) and one on the input gradient of each column-parallel projection backward (f): two
-// forward, two backward. The embedding and the LM head are vocab-parallel; the cross-entropy
-// reduces only per-token scalars, never the logits. Shapes below marked /tp are per rank.
+// Tensor parallelism (Megatron-LM) lives in the layers the model is built from (tp_layers.hpp):
+// each block (gpt_block.hpp) is column-parallel QKV and MLP-fc, row-parallel projections; the
+// embedding and the LM head are vocab-parallel, and the cross-entropy reduces only per-token
+// scalars, never the logits. Shapes below marked /tp are per rank.
 //
 // With pipeline parallelism a Gpt is one stage: a contiguous range of blocks, plus the
 // embedding on the first stage and ln_f + head + loss on the last (which holds its own copy of
-// the tied wte). A stage keeps activations for `slots` micro-batches at once (1F1B keeps at
-// most pp - stage in flight); its input and output cross stages through input()/output() and
-// their gradients through output_grad()/input_grad().
+// the tied wte: ParamInfo::tied). A stage keeps activations for `slots` micro-batches at once
+// (1F1B keeps at most pp - stage in flight); its input and output cross stages through
+// input()/output() and their gradients through output_grad()/input_grad().
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "engine/model/gpt_block.hpp"
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/gpt_shape.hpp"
 #include "engine/model/param_table.hpp"
+#include "engine/model/tp_layers.hpp"
 #include "kernels/backend.hpp"
 #include "parallel/communicator.hpp"
 
 namespace loom {
 
-// This rank's place in its tensor-parallel group. `comm` (the tp group) is only used when
-// size > 1. The model sees just the Communicator interface: no MPI, no NCCL.
-struct TensorParallel {
-  int rank = 0, size = 1;
-  parallel::Communicator* comm = nullptr;
+// Where code outside the model attaches to its passes, per block (layer = global block index,
+// as in ParamInfo::layer and ParamTable::layer_range). Any member may be empty.
+struct ModelHooks {
+  // Before block `layer`'s forward, and before its re-run in backward under Recompute::Full:
+  // where ZeRO-3 will all-gather the block's parameters.
+  std::function<void(int layer)> before_forward;
+  // Before block `layer`'s backward (after its Recompute::Full re-run, before its Selective
+  // attention recompute and its gradients).
+  std::function<void(int layer)> before_backward;
+  // Every gradient at or after this flat offset is final (bucketed data-parallel reduction can
+  // launch it): called after the head (ln_f's offset), after each block (its first offset) and
+  // with 0 at the end, in the order of grad_ready_points().
+  std::function<void(size_t offset)> grads_ready_from;
 };
 
 class Gpt {
@@ -69,13 +77,11 @@ class Gpt {
     return forward(0, tokens, targets, dloss);
   }
   // Accumulates parameter gradients into grads(), for the slot's last forward (with dloss != 0
-  // on the last stage; other stages need output_grad() filled first). If a hook is set, backward
-  // calls it with an offset each time every gradient at or after that offset of the flat buffer
-  // is final, which is what bucketed data-parallel reduction needs to overlap with backward.
+  // on the last stage; other stages need output_grad() filled first), calling the hooks.
   void backward(int slot);
   void backward() { backward(0); }
-  void set_grad_ready_hook(std::function<void(size_t)> hook) { grad_ready_ = std::move(hook); }
-  // The offsets backward reports to the hook, in the order it reports them.
+  void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
+  // The offsets backward reports to hooks.grads_ready_from, in the order it reports them.
   std::vector<size_t> grad_ready_points() const;
 
   // Pipeline boundaries, each (B,T,C) in backend memory.
@@ -93,58 +99,47 @@ class Gpt {
  private:
   float* p(const std::string& name) { return params_ + table_.find(name).offset; }
   float* g(const std::string& name) { return grads_ + table_.find(name).offset; }
-  struct LayerParams;
-  LayerParams layer(float* base, int l);
-  void tp_all_reduce(float* buf, size_t n, parallel::ReduceOp op = parallel::ReduceOp::Sum);
 
   Backend& be_;
   GptShape shape_;
   TensorParallel tp_;
   StageSpec stage_;
-  int Ct_, NHt_, Vt_, vocab_start_, v_real_;  // per-rank widths: C/tp, NH/tp, Vp/tp; vocab slice
   ParamTable table_;
   int B_;
+  // The layers (views: they hold no memory).
+  VocabParallelEmbedding embed_;    // wte slice (Vp/tp,C) + wpe (T,C): first stage
+  GptBlock block_;                  // every block has the same shape
+  ColumnParallelLinear head_;       // lnf (N,C) -> logits (N,Vp/tp), weight = wte's slice: last stage
+  VocabParallelCrossEntropy loss_;  // last stage
   float* params_ = nullptr;
   float* grads_ = nullptr;
 
-  // Activations saved for backward, per slot. Per layer (each N*C unless noted):
-  struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd;  // ln1 (N,C); stats (N)
-    float *qkv;                        // (N,3C/tp): this rank's heads' q | k | v
-    float *atty, *att;                 // atty (N,C/tp); att: attention_saved_floats
-    float *res2;                       // x + attn(ln1(x))
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;             // (N,4C/tp) each
-    float *res3;                       // block output = next block's input
-  };
+  // Activations saved for backward, per slot: per block, BlockActs (gpt_block.hpp).
   struct Slot {
     int32_t *tokens = nullptr, *targets = nullptr;  // (B,T)
     float* input = nullptr;                         // (N,C): embedding output, or the previous stage's
-    std::vector<LayerActs> layers;                  // this stage's blocks
+    std::vector<BlockActs> layers;                  // this stage's blocks
     float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (N,C), (N), (N)
     float* logits = nullptr;                        // last stage: (N,Vp/tp); dlogits after forward(dloss != 0)
     bool grad_logits = false;
   };
   std::vector<Slot> slots_;
   Recompute recompute_ = Recompute::None;
-  LayerActs shared_{};  // Selective: att only; Full: every buffer but res3 (gpt_memory.hpp)
-  void layer_forward(int l, const float* x, const LayerActs& a);
-  LayerActs acts(const Slot& s, int i) const;
-  void alloc_block_buffers(LayerActs& a, bool with_att);
+  BlockActs shared_{};  // Selective: att only; Full: every buffer but res3 (gpt_memory.hpp)
+  BlockActs acts(const Slot& s, int i) const;
+  void alloc_block_buffers(BlockActs& a, bool with_att);
   size_t attention_saved_floats() const;
   float *losses_ = nullptr;                                       // (N)
   float *ce_max_ = nullptr, *ce_partials_ = nullptr;              // (N), (2N): vocab-parallel CE
   float *proj_scratch_ = nullptr;                                 // (N,C): attn/mlp projection outputs
   // Gradient scratch for backward.
-  float *dresidual_ = nullptr, *dln_ = nullptr;                     // (N,C); dresidual_ ends as d(input)
-  float *dout_ = nullptr;                                           // (N,C): d(output) from the next stage
-  float *datty_ = nullptr;                                          // (N,C/tp)
-  float *dqkv_ = nullptr;                                           // (N,3C/tp)
-  float *dfch_ = nullptr;                                           // (N,4C/tp)
+  float *dresidual_ = nullptr;      // (N,C): d(residual stream); ends as d(input)
+  float *dout_ = nullptr;           // (N,C): d(output) from the next stage
+  BlockGradScratch dblock_{};       // dln (N,C) (also the head's d(lnf)), datty, dqkv, dfch
   std::vector<float*> owned_;
   std::vector<int32_t*> owned_i32_;
   size_t act_floats_ = 0;
-  std::function<void(size_t)> grad_ready_;
+  ModelHooks hooks_;
   float* alloc(size_t n, bool activation = true);
 };
 

@@ -1,6 +1,7 @@
 #include "engine/model/param_table.hpp"
 #include "engine/util/splitmix64.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <stdexcept>
@@ -39,12 +40,21 @@ const ParamInfo& ParamTable::find(const std::string& name) const {
   throw std::out_of_range("no parameter named '" + name + "'");
 }
 
+std::pair<size_t, size_t> ParamTable::layer_range(int layer) const {
+  size_t begin = total_, end = 0;
+  for (const auto& p : params_)
+    if (p.layer == layer && layer >= 0) begin = std::min(begin, p.offset), end = std::max(end, p.offset + p.numel);
+  if (begin >= end) throw std::out_of_range("this stage holds no layer " + std::to_string(layer));
+  return {begin, end};
+}
+
 ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
   if (stage.n_layers < 0) stage.n_layers = s.n_layer;
   const int64_t C = s.d_model, Vt = s.vocab_pad / tp;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   using N = ParamInit;
   ParamTable t;
+  int layer = -1;  // the block being added, -1 outside the blocks
   auto replicated = [&](std::string name, std::vector<int64_t> shape, bool decay, N init, double sd = 0) {
     ParamInfo p;
     p.name = std::move(name);
@@ -52,6 +62,7 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
     p.weight_decay = decay;
     p.init = init;
     p.init_std = sd;
+    p.layer = layer;
     t.add(std::move(p));
   };
   // Column-parallel: output rows split; `parts` equal blocks of `block` rows each (qkv: 3).
@@ -66,6 +77,7 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
     p.weight_decay = decay;
     p.init = init;
     p.init_std = sd;
+    p.layer = layer;
     t.add(std::move(p));
   };
   // Row-parallel: input columns split.
@@ -79,9 +91,11 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
     p.weight_decay = true;
     p.init = N::Normal;
     p.init_std = sd;
+    p.layer = layer;
     t.add(std::move(p));
   };
-  // The first stage embeds, the last stage's head is tied to the same wte: both hold a copy.
+  // The first stage embeds, the last stage's head is tied to the same wte: both hold a copy,
+  // which are two tied copies when they are different stages.
   if (stage.first || stage.last) {
     ParamInfo wte;  // vocab-parallel: rank r holds vocabulary rows [r*Vp/tp, (r+1)*Vp/tp)
     wte.name = "wte";
@@ -92,11 +106,14 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
     wte.weight_decay = true;
     wte.init = N::Normal;
     wte.init_std = std;
+    wte.tied = !(stage.first && stage.last);
+    wte.tied_copy = wte.tied && !stage.first;
     t.add(std::move(wte));
   }
   if (stage.first) replicated("wpe", {s.seq_len, C}, true, N::Normal, std);
   for (int l = stage.first_layer; l < stage.first_layer + stage.n_layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
+    layer = l;
     replicated(h + "ln1.weight", {C}, false, N::Ones);
     replicated(h + "ln1.bias", {C}, false, N::Zeros);
     rows(h + "attn.qkv.weight", C, 3, C, true, N::Normal, std);  // q | k | v, heads split
@@ -110,6 +127,7 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
     cols(h + "mlp.proj.weight", C, 4 * C, proj_std);
     replicated(h + "mlp.proj.bias", {C}, false, N::Zeros);
   }
+  layer = -1;
   if (stage.last) {
     replicated("ln_f.weight", {C}, false, N::Ones);
     replicated("ln_f.bias", {C}, false, N::Zeros);

@@ -8,6 +8,7 @@
 // checkpoints) work in global coordinates.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/gpt_shape.hpp"
@@ -37,6 +38,14 @@ struct ParamInfo {
   bool weight_decay = false;   // matrices and embeddings decay; biases and LayerNorm do not
   ParamInit init = ParamInit::Zeros;
   double init_std = 0;         // for ParamInit::Normal
+  int layer = -1;              // the block (global index) this tensor belongs to; -1: embedding, ln_f
+  // Tied embedding (wte is both the token embedding and the LM head). When the first and last
+  // pipeline stages differ, each holds a copy of wte and both copies are `tied`: their gradients
+  // must be summed over the embedding group (first and last stage) so they stay identical. The
+  // last stage's copy is also `tied_copy`: the first stage's copy counts in the gradient norm and
+  // is the one written to checkpoints. With pp = 1 (a stage both first and last) neither is set.
+  bool tied = false;
+  bool tied_copy = false;
 
   int64_t cols() const { return shape.size() > 1 ? shape[1] : 1; }
   int64_t global_cols() const { return global_shape.size() > 1 ? global_shape[1] : 1; }
@@ -52,6 +61,9 @@ class ParamTable {
   // Null if this rank's table does not hold `name` (another pipeline stage does).
   const ParamInfo* find_if_held(const std::string& name) const;
   size_t total() const { return total_; }
+  // The flat range [begin, end) of block `layer` (global index): its tensors are contiguous.
+  // Throws std::out_of_range if this table (this pipeline stage) does not hold the layer.
+  std::pair<size_t, size_t> layer_range(int layer) const;
 
  private:
   std::vector<ParamInfo> params_;
@@ -62,7 +74,8 @@ class ParamTable {
 // contiguous range; for rank `tp_rank` of `tp` (Megatron's column/row-parallel split, and the
 // vocab-parallel embedding). Init follows GPT-2: N(0, 0.02), residual projections
 // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. wte has Vp rows; padding rows are zero.
-// A pipeline stage's table holds only its part (StageSpec); names keep global layer numbers.
+// A pipeline stage's table holds only its part (StageSpec); names and ParamInfo::layer keep global
+// layer numbers, and wte is marked tied / tied_copy when the first and last stages differ.
 ParamTable gpt_param_table(const GptShape& s, int tp_rank = 0, int tp = 1, StageSpec stage = {});
 
 // Fills `host` (table.total() floats) with the initial values, from `seed`. Element (i, j) of

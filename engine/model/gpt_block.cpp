@@ -1,0 +1,61 @@
+#include "engine/model/gpt_block.hpp"
+
+#include <string>
+
+namespace loom {
+
+BlockWeights BlockWeights::at(const ParamTable& table, float* base, int layer) {
+  const std::string h = "h." + std::to_string(layer) + ".";
+  auto at = [&](const char* n) { return base + table.find(h + n).offset; };
+  return {at("ln1.weight"),    at("ln1.bias"),      at("attn.qkv.weight"), at("attn.qkv.bias"),
+          at("attn.proj.weight"), at("attn.proj.bias"), at("ln2.weight"),   at("ln2.bias"),
+          at("mlp.fc.weight"), at("mlp.fc.bias"),   at("mlp.proj.weight"), at("mlp.proj.bias")};
+}
+
+GptBlock::GptBlock(Backend& be, TensorParallel tp, const GptShape& shape, int micro_batch)
+    : be_(be),
+      B_(micro_batch),
+      T_(shape.seq_len),
+      C_(shape.d_model),
+      Ct_(shape.d_model / tp.size),
+      NHt_(shape.n_head / tp.size),
+      qkv_(be, tp, C_, 3 * Ct_),
+      fc_(be, tp, C_, 4 * Ct_),
+      attn_proj_(be, tp, Ct_, C_),
+      mlp_proj_(be, tp, 4 * Ct_, C_) {}
+
+void GptBlock::forward(const BlockWeights& w, const float* x, const BlockActs& a, float* proj) const {
+  const int N = B_ * T_;
+  const size_t NC = size_t(N) * C_;
+  be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C_);
+  qkv_.forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N);
+  be_.attention_forward(a.atty, a.att, a.qkv, B_, T_, Ct_, NHt_);
+  attn_proj_.forward(proj, a.atty, w.attn_proj_w, w.attn_proj_b, N);
+  be_.residual_forward(a.res2, x, proj, NC);
+  be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, N, C_);
+  fc_.forward(a.fch, a.ln2, w.fc_w, w.fc_b, N);
+  be_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * Ct_);
+  mlp_proj_.forward(proj, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, N);
+  be_.residual_forward(a.res3, a.res2, proj, NC);
+}
+
+void GptBlock::recompute_attention(const BlockActs& a, float* scratch) const {
+  be_.attention_forward(scratch, a.att, a.qkv, B_, T_, Ct_, NHt_);
+}
+
+void GptBlock::backward(float* dresidual, const BlockWeights& w, const BlockWeights& dw, const float* x,
+                        const BlockActs& a, const BlockGradScratch& s) const {
+  const int N = B_ * T_;
+  // MLP branch.
+  mlp_proj_.backward(s.dfch, dw.mlp_proj_w, dw.mlp_proj_b, dresidual, a.fch_gelu, w.mlp_proj_w, N);
+  be_.gelu_backward(s.dfch, a.fch, s.dfch, size_t(N) * 4 * Ct_);
+  fc_.backward(s.dln, dw.fc_w, dw.fc_b, s.dfch, a.ln2, w.fc_w, N);
+  be_.layernorm_backward(dresidual, dw.ln2_w, dw.ln2_b, s.dln, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C_);
+  // Attention branch.
+  attn_proj_.backward(s.datty, dw.attn_proj_w, dw.attn_proj_b, dresidual, a.atty, w.attn_proj_w, N);
+  be_.attention_backward(s.dqkv, s.datty, a.qkv, a.atty, a.att, B_, T_, Ct_, NHt_);
+  qkv_.backward(s.dln, dw.qkv_w, dw.qkv_b, s.dqkv, a.ln1, w.qkv_w, N);
+  be_.layernorm_backward(dresidual, dw.ln1_w, dw.ln1_b, s.dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C_);
+}
+
+}  // namespace loom

@@ -1,0 +1,71 @@
+#pragma once
+// One GPT-2 block, pre-LayerNorm, built from the tensor-parallel layers of tp_layers.hpp:
+//
+//   res2 = x    + attn.proj( attention( attn.qkv( ln1(x) ) ) )      qkv: column, proj: row
+//   res3 = res2 + mlp.proj( gelu( mlp.fc( ln2(res2) ) ) )           fc: column, proj: row
+//
+// so with tensor parallelism each block does one all-reduce after each row-parallel forward (g)
+// and one on the input gradient of each column-parallel backward (f): two forward, two
+// backward. Attention runs on this rank's NH/tp heads. The residual stream (N,C) is replicated
+// over the tp group. Shapes marked /tp are per rank; N = B*T.
+//
+// The block holds no memory: weights, saved activations and scratch are views the model owns.
+#include "engine/model/gpt_shape.hpp"
+#include "engine/model/param_table.hpp"
+#include "engine/model/tp_layers.hpp"
+#include "kernels/backend.hpp"
+
+namespace loom {
+
+// Views of block `layer`'s tensors in a flat buffer laid out by a ParamTable (the parameters,
+// or the gradients at the same offsets).
+struct BlockWeights {
+  float *ln1_w, *ln1_b;              // (C), (C)
+  float *qkv_w, *qkv_b;              // (3C/tp, C), (3C/tp): this rank's heads' q | k | v rows
+  float *attn_proj_w, *attn_proj_b;  // (C, C/tp), (C)
+  float *ln2_w, *ln2_b;              // (C), (C)
+  float *fc_w, *fc_b;                // (4C/tp, C), (4C/tp)
+  float *mlp_proj_w, *mlp_proj_b;    // (C, 4C/tp), (C)
+  static BlockWeights at(const ParamTable& table, float* base, int layer);
+};
+
+// What a block's forward writes and its backward reads (each (N,C) unless noted).
+struct BlockActs {
+  float *ln1, *ln1_mean, *ln1_rstd;  // ln1 (N,C); stats (N)
+  float *qkv;                        // (N,3C/tp): this rank's heads' q | k | v
+  float *atty, *att;                 // atty (N,C/tp); att: Backend::attention_saved_floats
+  float *res2;                       // x + attn(ln1(x))
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *fch, *fch_gelu;             // (N,4C/tp) each
+  float *res3;                       // block output = next block's input
+};
+
+// Gradient scratch shared by all blocks of a rank.
+struct BlockGradScratch {
+  float* dln;    // (N,C): d(LayerNorm output), all-reduced by the column-parallel backward
+  float* datty;  // (N,C/tp)
+  float* dqkv;   // (N,3C/tp)
+  float* dfch;   // (N,4C/tp)
+};
+
+class GptBlock {
+ public:
+  GptBlock(Backend& be, TensorParallel tp, const GptShape& shape, int micro_batch);
+  // x (N,C) -> a.res3, filling a's buffers. `proj` (N,C) is scratch for the projections' outputs.
+  void forward(const BlockWeights& w, const float* x, const BlockActs& a, float* proj) const;
+  // Selective recompute: attention's saved state a.att again, from the kept a.qkv (its output,
+  // identical to a.atty, goes to `scratch` (N,C/tp) and is dropped).
+  void recompute_attention(const BlockActs& a, float* scratch) const;
+  // dresidual (N,C) holds dL/d(res3) on entry and dL/dx on return (each LayerNorm backward adds
+  // its branch as the stream passes its fork). Parameter gradients accumulate into dw.
+  void backward(float* dresidual, const BlockWeights& w, const BlockWeights& dw, const float* x, const BlockActs& a,
+                const BlockGradScratch& s) const;
+
+ private:
+  Backend& be_;
+  int B_, T_, C_, Ct_, NHt_;  // Ct_ = C/tp, NHt_ = NH/tp
+  ColumnParallelLinear qkv_, fc_;
+  RowParallelLinear attn_proj_, mlp_proj_;
+};
+
+}  // namespace loom

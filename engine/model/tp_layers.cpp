@@ -1,0 +1,65 @@
+#include "engine/model/tp_layers.hpp"
+
+#include <algorithm>
+
+namespace loom {
+
+void tp_all_reduce(const TensorParallel& tp, float* buf, size_t n, parallel::ReduceOp op) {
+  if (tp.size > 1) tp.comm->all_reduce(buf, n, op);
+}
+
+void ColumnParallelLinear::forward(float* out, const float* inp, const float* w, const float* b, int N) const {
+  be_.matmul_forward(out, inp, w, b, N, in_, out_);
+}
+
+void ColumnParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                    const float* w, int N) const {
+  be_.matmul_backward(dinp, dw, db, dout, inp, w, N, in_, out_);
+  tp_all_reduce(tp_, dinp, size_t(N) * size_t(in_));
+}
+
+void RowParallelLinear::forward(float* out, const float* inp, const float* w, const float* b, int N) const {
+  be_.matmul_forward(out, inp, w, tp_.lead() ? b : nullptr, N, in_, out_);
+  tp_all_reduce(tp_, out, size_t(N) * size_t(out_));
+}
+
+void RowParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                 const float* w, int N) const {
+  be_.matmul_backward(dinp, dw, db, dout, inp, w, N, in_, out_);
+}
+
+void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                                     int T) const {
+  be_.encoder_forward(out, tokens, wte, tp_.lead() ? wpe : nullptr, B, T, C_, vocab_start_, rows_);
+  tp_all_reduce(tp_, out, size_t(B) * size_t(T) * size_t(C_));
+}
+
+void VocabParallelEmbedding::backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                                      int T) const {
+  be_.encoder_backward(dwte, dwpe, dout, tokens, B, T, C_, vocab_start_, rows_);
+}
+
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(Backend& be, TensorParallel tp, int vocab, int vocab_pad)
+    : be_(be),
+      tp_(tp),
+      vocab_(vocab),
+      vocab_pad_(vocab_pad),
+      cols_(vocab_pad / tp.size),
+      vocab_start_(tp.rank * cols_),
+      v_real_(std::clamp(vocab - vocab_start_, 0, cols_)) {}
+
+void VocabParallelCrossEntropy::forward(float* losses, float* logits, const int32_t* targets, int N, float dloss,
+                                        bool write_grad, float* maxes, float* partials) const {
+  if (tp_.size == 1) {
+    be_.softmax_crossentropy(losses, logits, targets, N, vocab_, vocab_pad_, dloss, write_grad);
+    return;
+  }
+  be_.crossentropy_max(maxes, logits, N, cols_, v_real_);
+  tp_all_reduce(tp_, maxes, size_t(N), parallel::ReduceOp::Max);
+  be_.crossentropy_partials(partials, logits, maxes, targets, N, cols_, v_real_, vocab_start_);
+  tp_all_reduce(tp_, partials, 2 * size_t(N));
+  be_.crossentropy_finish(losses, logits, maxes, partials, targets, N, cols_, v_real_, vocab_start_, dloss,
+                          write_grad);
+}
+
+}  // namespace loom
