@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdlib>
 
 #ifdef LOOM_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.hpp"
@@ -43,7 +42,7 @@ std::unique_ptr<Backend> load_cuda_backend(int device) {
 }  // namespace
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int device) {
   if (name == "cpu") return make_cpu_backend();
   if (name == "cuda") {
 #ifdef LOOM_HAVE_CUDA
@@ -52,7 +51,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
       throw BackendError("train.backend=cuda but no CUDA device is usable here (" + probe.reason +
                          "); use train.backend=cpu or run on a GPU node");
     // fp32 CUDA backend, one device per rank; NOT YET RUN on a GPU (docs/kernels.md).
-    return load_cuda_backend(cuda_device_for_this_rank());
+    return load_cuda_backend(device);
 #else
     throw BackendError("train.backend=cuda but this loom was built without CUDA (LOOM_CUDA=OFF or no nvcc at "
                        "configure time); rebuild with the CUDA toolkit or use train.backend=cpu");
@@ -61,18 +60,13 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   throw BackendError("unknown backend '" + name + "' (expected cpu or cuda)");
 }
 
-int cuda_device_for_this_rank() {
-  int local = 0;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"})
-    if (const char* v = std::getenv(var)) {
-      local = std::atoi(v);
-      break;
-    }
+int cuda_device_for_local_rank(int local_rank) {
 #ifdef LOOM_HAVE_CUDA
   const int count = cuda::probe_devices().count;
-  return count > 0 ? local % count : 0;
+  return count > 0 && local_rank >= 0 ? local_rank % count : 0;
 #else
-  return local;
+  (void)local_rank;
+  return 0;
 #endif
 }
 

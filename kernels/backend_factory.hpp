@@ -11,12 +11,14 @@ struct BackendError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "cpu" or "cuda". Throws BackendError naming what is missing (no device, not compiled in).
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// "cpu" or "cuda"; `device` is the CUDA device to drive (ignored by the CPU backend). Throws
+// BackendError naming what is missing (no device, not compiled in).
+std::unique_ptr<Backend> make_backend(const std::string& name, int device = 0);
 
-// The CUDA device a rank drives: its local rank on the node (from the launcher's environment:
-// Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's SLURM_LOCALID) modulo the devices visible.
-int cuda_device_for_this_rank();
+// The CUDA device a rank drives: its local rank on the node (the caller's to find: kernels/
+// knows nothing of MPI or launchers; parallel::ProcessGroups::local_rank()) modulo the devices
+// visible. 0 where no device is visible.
+int cuda_device_for_local_rank(int local_rank);
 
 // One line for `loom --version`: which backends this build and this machine can run.
 std::string backend_availability();

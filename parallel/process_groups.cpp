@@ -17,6 +17,20 @@ std::unique_ptr<MpiCommunicator> split(MPI_Comm world, int color, int key, const
 }
 }  // namespace
 
+NodeRank node_rank(MPI_Comm comm) {
+  // The ranks of this node, in the order of their ranks in `comm`.
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm node;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
+  NodeRank out;
+  MPI_Comm_rank(node, &out.rank);
+  MPI_Comm_size(node, &out.size);
+  MPI_Comm_free(&node);
+  return out;
+}
+
 ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout) {
   int size = 0;
   MPI_Comm_rank(world, &rank_);
@@ -25,6 +39,7 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout
     throw std::runtime_error("process grid tp=" + std::to_string(layout.tp) + " x dp=" + std::to_string(layout.dp) +
                              " x pp=" + std::to_string(layout.pp) + " needs " + std::to_string(layout.world()) +
                              " ranks, the world has " + std::to_string(size));
+  local_ = node_rank(world);
   const auto c = layout.coord(rank_);
   world_ = split(world, 0, rank_, "world");
   tp_ = split(world, c.pp * layout.dp + c.dp, c.tp, "tensor-parallel");

@@ -10,6 +10,14 @@
 
 namespace loom::parallel {
 
+// This rank's place among the ranks of `comm` on its node (those sharing memory with it:
+// MPI_Comm_split_type, MPI's own answer, whatever the launcher). Collective over `comm`.
+// ProcessGroups computes it once (local_rank()); code without one (`loom bench comm`) calls this.
+struct NodeRank {
+  int rank = 0, size = 1;
+};
+NodeRank node_rank(MPI_Comm comm);
+
 class ProcessGroups {
  public:
   // Collective over `world`, whose size must equal layout.world().
@@ -17,6 +25,11 @@ class ProcessGroups {
 
   const GridLayout& layout() const { return layout_; }
   int world_rank() const { return rank_; }
+  // This rank's place among the world's ranks on its node (node_rank(), computed once). The
+  // device a rank drives is cuda_device_for_local_rank(local_rank()) (kernels/backend_factory.hpp):
+  // the backend, NCCL (use_nccl) and NVML are all given that one.
+  int local_rank() const { return local_.rank; }
+  int local_size() const { return local_.size; }
   GridLayout::Coord coord() const { return layout_.coord(rank_); }
   MpiCommunicator& world() { return *world_; }
   MpiCommunicator& tp() { return *tp_; }
@@ -41,6 +54,7 @@ class ProcessGroups {
  private:
   GridLayout layout_;
   int rank_ = 0;
+  NodeRank local_;
   std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, embedding_;
   std::unique_ptr<Communicator> nccl_tp_, nccl_dp_, nccl_pp_, nccl_embedding_;
 };

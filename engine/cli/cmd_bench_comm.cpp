@@ -1,12 +1,13 @@
 // `loom bench comm`: collective bandwidth across the job, nccl-tests style (parallel/comm_bench.hpp).
 #include <cstdio>
-#include <cstdlib>
 
 #include "engine/cli/commands.hpp"
+#include "kernels/backend_factory.hpp"
 #include "parallel/comm_bench.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/nccl_communicator.hpp"
+#include "parallel/process_groups.hpp"
 
 namespace loom::cli {
 
@@ -23,9 +24,8 @@ int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv) {
       parallel::MpiCommunicator comm(world.comm());
       wrong = parallel::run_comm_bench(comm, parallel::host_bench_memory(), o);
     } else {
-      // One GPU per rank, chosen by the rank on this node.
-      const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-      const int device = lr ? std::atoi(lr) : 0;
+      // One GPU per rank, chosen by the rank on this node, as the trainer chooses it.
+      const int device = cuda_device_for_local_rank(parallel::node_rank(world.comm()).rank);
       auto comm = parallel::make_nccl_communicator(world.comm(), device);
       wrong = parallel::run_comm_bench(*comm, parallel::device_bench_memory(device), o);
     }

@@ -63,7 +63,7 @@ void print_summary(const TrainSummary& s, const Recipe& r, int status) {
 int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   const std::string command = command_line(*argc, *argv);
   parallel::MpiWorld world(argc, argv);
-  install_stop_signals();  // after MPI_Init, so that these handlers are the ones in place
+  install_stop_signals();  // after MPI's init, so that these handlers are the ones in place
   auto report = [&](std::string error) {
     error = world.agree_on_error(error);
     if (!error.empty() && world.rank() == 0) std::fprintf(stderr, "loom: error: %s\n", error.c_str());
@@ -97,7 +97,7 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
     if (world.rank() == 0) print_summary(s, r, status);
   } catch (const JobError& e) {
     // Every rank raised it at the same point: rank 0 prints and records it, then all end in
-    // order (a race of MPI_Aborts could kill rank 0 before its message is out).
+    // order (a race of aborts could kill rank 0 before its message is out).
     if (world.rank() == 0) std::fprintf(stderr, "loom: error: %s\n", e.what());
     trainer->note_failure(e.what());  // run.json, where this rank is rank 0
     std::fflush(stderr);

@@ -1,25 +1,12 @@
-#include <cstdlib>
-#include <string>
-
+// The CLI's view of the launcher's environment, before MPI starts: parallel/launcher_env.hpp
+// knows the launchers' variable names.
 #include "engine/cli/commands.hpp"
+#include "parallel/launcher_env.hpp"
 
 namespace loom::cli {
-namespace {
-int env_int(const char* const* names, int fallback) {
-  for (const char* const* n = names; *n; ++n)
-    if (const char* v = std::getenv(*n)) return std::atoi(v);
-  return fallback;
-}
-}  // namespace
 
-int launcher_rank() {
-  static const char* names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", nullptr};
-  return env_int(names, 0);
-}
+int launcher_rank() { return parallel::launcher_rank(); }
 
-int launcher_size() {
-  static const char* names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", nullptr};
-  return env_int(names, 1);
-}
+int launcher_size() { return parallel::launcher_size(); }
 
 }  // namespace loom::cli

@@ -14,7 +14,8 @@ struct Memory {
 };
 using InitFn = int (*)();
 using ShutdownFn = int (*)();
-using HandleFn = int (*)(unsigned int, void**);
+using HandleByBusIdFn = int (*)(const char*, void**);
+using HandleByIndexFn = int (*)(unsigned int, void**);
 using UtilFn = int (*)(void*, Utilization*);
 using MemFn = int (*)(void*, Memory*);
 using PowerFn = int (*)(void*, unsigned int*);       // milliwatts
@@ -24,14 +25,18 @@ using TempFn = int (*)(void*, int, unsigned int*);   // sensor 0 = NVML_TEMPERAT
 struct NvmlProbe::Api {
   InitFn init = nullptr;
   ShutdownFn shutdown = nullptr;
-  HandleFn handle = nullptr;
+  HandleByBusIdFn by_bus_id = nullptr;
+  HandleByIndexFn by_index = nullptr;
   UtilFn util = nullptr;
   MemFn mem = nullptr;
   PowerFn power = nullptr;
   TempFn temp = nullptr;
 };
 
-NvmlProbe::NvmlProbe(int index) : api_(std::make_unique<Api>()) {
+NvmlProbe::NvmlProbe(const std::string& pci_bus_id) : NvmlProbe(pci_bus_id, -1) {}
+NvmlProbe::NvmlProbe(int index) : NvmlProbe("", index) {}
+
+NvmlProbe::NvmlProbe(const std::string& pci_bus_id, int index) : api_(std::make_unique<Api>()) {
   lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib_) {
     why_not_ = "libnvidia-ml.so.1 not found (no NVIDIA driver)";
@@ -40,18 +45,20 @@ NvmlProbe::NvmlProbe(int index) : api_(std::make_unique<Api>()) {
   auto sym = [&](const char* name) { return dlsym(lib_, name); };
   api_->init = reinterpret_cast<InitFn>(sym("nvmlInit_v2"));
   api_->shutdown = reinterpret_cast<ShutdownFn>(sym("nvmlShutdown"));
-  api_->handle = reinterpret_cast<HandleFn>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  api_->by_bus_id = reinterpret_cast<HandleByBusIdFn>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
+  api_->by_index = reinterpret_cast<HandleByIndexFn>(sym("nvmlDeviceGetHandleByIndex_v2"));
   api_->util = reinterpret_cast<UtilFn>(sym("nvmlDeviceGetUtilizationRates"));
   api_->mem = reinterpret_cast<MemFn>(sym("nvmlDeviceGetMemoryInfo"));
   api_->power = reinterpret_cast<PowerFn>(sym("nvmlDeviceGetPowerUsage"));
   api_->temp = reinterpret_cast<TempFn>(sym("nvmlDeviceGetTemperature"));
-  if (!api_->init || !api_->handle || api_->init() != 0) {
+  if (!api_->init || !api_->by_bus_id || !api_->by_index || api_->init() != 0) {
     why_not_ = "NVML did not initialise";
     return;
   }
   void* dev = nullptr;
-  if (api_->handle(unsigned(index), &dev) != 0) {
-    why_not_ = "NVML has no device " + std::to_string(index);
+  const int failed = index >= 0 ? api_->by_index(unsigned(index), &dev) : api_->by_bus_id(pci_bus_id.c_str(), &dev);
+  if (failed != 0) {
+    why_not_ = "NVML has no device " + (index >= 0 ? std::to_string(index) : "at PCI bus id " + pci_bus_id);
     return;
   }
   device_ = dev;

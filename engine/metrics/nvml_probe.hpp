@@ -16,7 +16,10 @@ struct GpuHealth {
 
 class NvmlProbe {
  public:
-  // Loads NVML and opens device `index` (the GPU this rank uses). Never throws.
+  // Loads NVML and opens the GPU at `pci_bus_id` (Backend::device_pci_bus_id(): the one this
+  // rank's backend drives; NVML's own indices ignore CUDA_VISIBLE_DEVICES). Never throws.
+  explicit NvmlProbe(const std::string& pci_bus_id);
+  // Opens NVML's device number `index` (NVML's numbering, which is not CUDA's: for tests).
   explicit NvmlProbe(int index);
   ~NvmlProbe();
   NvmlProbe(const NvmlProbe&) = delete;
@@ -29,6 +32,7 @@ class NvmlProbe {
 
  private:
   struct Api;
+  NvmlProbe(const std::string& pci_bus_id, int index);
   std::unique_ptr<Api> api_;
   void* lib_ = nullptr;
   void* device_ = nullptr;

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "parallel/launcher_env.hpp"
+
 namespace loom {
 
 constexpr int kExitResumable = 75;  // sysexits' EX_TEMPFAIL: "try again later"
@@ -63,13 +65,9 @@ inline const char* stop_signal_name() {
   }
 }
 
-// Seconds between the SIGTERM that Open MPI's mpirun sends its ranks (on its own SIGTERM or
-// Ctrl-C) and its SIGKILL: the MCA parameter odls_base_sigkill_timeout, which mpirun passes to
-// the ranks' environment (default 1). -1 when not launched by mpirun (srun: Slurm's KillWait).
-inline double mpirun_kill_grace_s() {
-  if (!std::getenv("OMPI_MCA_orte_hnp_uri")) return -1;
-  const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
-  return v && *v ? std::atof(v) : 1.0;
-}
+// Seconds between the SIGTERM that mpirun sends its ranks (on its own SIGTERM or Ctrl-C) and its
+// SIGKILL; -1 when not launched by mpirun (srun: Slurm's KillWait). parallel/launcher_env.hpp
+// reads it from the launcher's environment.
+inline double mpirun_kill_grace_s() { return parallel::mpirun_kill_grace_s(); }
 
 }  // namespace loom

@@ -1,0 +1,195 @@
+// The data formats: `loom prep` round trips (bytes and GPT-2 BPE), the llm.c and Megatron
+// readers (files written here from their documented layouts), and the errors for bad input.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/data/prep.hpp"
+#include "engine/data/token_dataset.hpp"
+#include "engine/data/tokenizer.hpp"
+#include "data_test_files.hpp"
+
+using namespace loom;
+using namespace loom::test;
+using Catch::Matchers::Contains;
+
+TEST_CASE("loom prep round trip: every document, preceded by end-of-text, lands in train or val") {
+  auto dir = fresh_dir("prep");
+  std::vector<std::string> docs;
+  {
+    std::ofstream a(dir / "a.txt"), b(dir / "b.txt");
+    for (int i = 0; i < 40; ++i) {
+      std::string d = "Document " + std::to_string(i) + " says hello.\nSecond line " + std::string(i % 7, 'x') + "\n";
+      docs.push_back(d);
+      (i < 25 ? a : b) << d << "%\n";
+    }
+  }
+  PrepOptions o;
+  o.out = (dir / "out").string();
+  o.inputs = {(dir / "a.txt").string(), (dir / "b.txt").string()};
+  o.val_fraction = 0.25;
+  o.doc_separator = "%";
+  o.shard_tokens = 300;  // several shards per split
+  PrepSummary s = run_prep(o);
+  CHECK(s.documents == 40);
+  CHECK(s.val_documents > 0);
+  CHECK(s.val_documents < 40);
+
+  TokenDataset train = open_dataset(o.out, "auto", "data.train", "train");
+  TokenDataset val = open_dataset(o.out, "auto", "data.val", "val");
+  CHECK(train.format == "loom");
+  CHECK(train.declared_vocab == 257);
+  CHECK(train.shards.size() > 1);
+  // Split each stream at the end-of-text tokens and decode the bytes.
+  std::multiset<std::string> got;
+  for (const auto* d : {&train, &val}) {
+    std::string cur;
+    bool open = false;
+    for (uint32_t t : all_tokens(*d)) {
+      if (t == 256) {
+        if (open) got.insert(cur);
+        cur.clear();
+        open = true;
+      } else {
+        cur += char(t);
+      }
+    }
+    if (open) got.insert(cur);
+  }
+  CHECK(got == std::multiset<std::string>(docs.begin(), docs.end()));
+  CHECK(train.tokens() == s.train_tokens);
+  CHECK(val.tokens() == s.val_tokens);
+
+  auto m = nlohmann::json::parse(std::ifstream(fs::path(o.out) / "manifest.json"));
+  CHECK(m["tokenizer"] == "byte");
+  CHECK(m["sources"].size() == 2);
+  CHECK(m["sources"][0]["crc32c"].get<uint32_t>() != 0);
+  // The same inputs give the same shards (the val split is a seeded function of the document).
+  // Over an existing dataset only with force (docs/data.md).
+  o.out = (dir / "out2").string();
+  run_prep(o);
+  CHECK(all_tokens(open_dataset(o.out, "loom", "data.train", "train")) == all_tokens(train));
+}
+
+TEST_CASE("llm.c shards are read, alone, as a directory and as a glob") {
+  auto dir = fresh_dir("llmc");
+  std::vector<uint16_t> t1(500), t2(300);
+  for (size_t i = 0; i < t1.size(); ++i) t1[i] = uint16_t((i * 7) % 50000);
+  for (size_t i = 0; i < t2.size(); ++i) t2[i] = uint16_t((i * 13) % 50000);
+  write_llmc(dir / "fineweb_train_000001.bin", t1);
+  write_llmc(dir / "fineweb_train_000002.bin", t2);
+  for (const std::string& path : {(dir / "fineweb_train_000001.bin").string(), dir.string(),
+                                  (dir / "fineweb_train_*.bin").string()}) {
+    TokenDataset d = open_dataset(path, "auto", "data.train", "train");
+    CHECK(d.format == "llmc");
+    auto toks = all_tokens(d);
+    REQUIRE(toks.size() >= t1.size());
+    CHECK(std::equal(t1.begin(), t1.end(), toks.begin()));
+    if (path != (dir / "fineweb_train_000001.bin").string()) CHECK(toks.size() == 800);
+  }
+}
+
+TEST_CASE("Megatron indexed datasets are read as one token stream") {
+  auto dir = fresh_dir("megatron");
+  std::vector<std::vector<uint16_t>> seqs = {{1, 2, 3}, {4, 5, 6, 7, 8}, {}, {9, 10}};
+  write_megatron(dir / "corpus_text_document", seqs);
+  for (const std::string& p : {(dir / "corpus_text_document").string(), (dir / "corpus_text_document.bin").string()}) {
+    TokenDataset d = open_dataset(p, "auto", "data.train", "train");
+    CHECK(d.format == "megatron");
+    CHECK(all_tokens(d) == std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  }
+}
+
+TEST_CASE("bad data is reported before training, naming the file and what was expected") {
+  auto dir = fresh_dir("bad");
+  std::vector<uint16_t> toks(200, 5);
+  SECTION("wrong magic") {
+    write_llmc(dir / "x.bin", toks, 12345);
+    auto msg = error_of([&] { open_dataset((dir / "x.bin").string(), "llmc", "data.train", "train"); });
+    CHECK_THAT(msg, Contains("data.train=") && Contains("x.bin") && Contains("first int32 is 12345, expected 20240520"));
+  }
+  SECTION("truncated llm.c shard") {
+    write_llmc(dir / "t.bin", toks);
+    fs::resize_file(dir / "t.bin", fs::file_size(dir / "t.bin") - 3);
+    auto msg = error_of([&] { open_dataset((dir / "t.bin").string(), "auto", "data.train", "train"); });
+    CHECK_THAT(msg, Contains("t.bin") && Contains("truncated"));
+  }
+  SECTION("truncated Loom shard and Megatron pair") {
+    PrepOptions o;
+    std::ofstream(dir / "in.txt") << std::string(5000, 'a');
+    o.out = (dir / "p").string();
+    o.inputs = {(dir / "in.txt").string()};
+    run_prep(o);
+    fs::resize_file(dir / "p" / "train_000000.bin", 1000);
+    CHECK_THAT(error_of([&] { open_dataset(o.out, "auto", "data.train", "train"); }),
+               Contains("train_000000.bin") && Contains("truncated"));
+    write_megatron(dir / "m", {{1, 2, 3, 4}});
+    fs::resize_file(dir / "m.bin", 6);
+    CHECK_THAT(error_of([&] { open_dataset((dir / "m").string(), "megatron", "data.train", "train"); }),
+               Contains("m.bin") && Contains("truncated"));
+  }
+  SECTION("token id not below vocab_size") {
+    toks[77] = 300;
+    write_llmc(dir / "v.bin", toks);
+    TokenDataset d = open_dataset((dir / "v.bin").string(), "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 257, 16, "data.train"); }),
+               Contains("v.bin contains token id 300, not below model.vocab_size=257"));
+  }
+  SECTION("empty shard") {
+    write_llmc(dir / "e.bin", {});
+    TokenDataset d = open_dataset((dir / "e.bin").string(), "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 50257, 16, "data.train"); }), Contains("e.bin is empty"));
+  }
+  SECTION("shard shorter than one sample") {
+    write_llmc(dir / "s.bin", std::vector<uint16_t>(10, 1));
+    TokenDataset d = open_dataset((dir / "s.bin").string(), "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 50257, 16, "data.train"); }),
+               Contains("s.bin holds 10 tokens, shorter than one sample of seq_len+1 = 17"));
+  }
+  SECTION("manifest vocabulary differs from the recipe's") {
+    std::ofstream(dir / "in.txt") << std::string(5000, 'b');
+    PrepOptions o;
+    o.out = (dir / "q").string();
+    o.inputs = {(dir / "in.txt").string()};
+    run_prep(o);
+    TokenDataset d = open_dataset(o.out, "auto", "data.train", "train");
+    CHECK_THAT(error_of([&] { validate_dataset(d, 50257, 16, "data.train"); }),
+               Contains("manifest.json declares vocab size 257 but model.vocab_size is 50257"));
+  }
+  SECTION("unrecognised format, missing path, empty glob") {
+    std::ofstream(dir / "junk.bin", std::ios::binary) << std::string("\x01\x02\x00\x04", 4) << std::string(100, '\0');
+    CHECK_THAT(error_of([&] { open_dataset((dir / "junk.bin").string(), "auto", "data.train", "train"); }),
+               Contains("junk.bin is not a format Loom recognises"));
+    CHECK_THAT(error_of([&] { open_dataset((dir / "nope").string(), "auto", "data.val", "val"); }),
+               Contains("data.val=") && Contains("no such file or directory"));
+    CHECK_THAT(error_of([&] { open_dataset((dir / "zz_*.bin").string(), "auto", "data.train", "train"); }),
+               Contains("the pattern matches no file"));
+  }
+}
+
+TEST_CASE("a long document tokenised in pieces gives the ids of encoding it whole (GPT-2 BPE)") {
+  auto dir = fresh_dir("bpe_stream");
+  // ~2.5 MB in one document, with the whitespace patterns that make cutting risky: blank lines,
+  // indented lines, trailing spaces, tabs.
+  std::string text;
+  const char* lines[] = {"The quick brown fox jumps over the lazy dog.", "", "  indented line with 'quotes' and 42",
+                         "trailing spaces   ", "\ttabbed", "Don't stop; it's fine, they'll say.", "UPPER CASE 'S"};
+  for (int i = 0; text.size() < 2'500'000; ++i) text += std::string(lines[i % 7]) + " " + std::to_string(i) + "\n";
+  std::ofstream(dir / "one.txt", std::ios::binary) << text;
+  const std::string vocab = LOOM_TEST_DATA_DIR "/bpe/vocab.json", merges = LOOM_TEST_DATA_DIR "/bpe/merges.txt";
+  PrepOptions o;
+  o.tokenizer = "gpt2";
+  o.vocab = vocab;
+  o.merges = merges;
+  o.out = (dir / "out").string();
+  o.inputs = {(dir / "one.txt").string()};
+  run_prep(o);
+  auto got = all_tokens(open_dataset(o.out, "auto", "data.train", "train"));
+  auto tok = make_gpt2_tokenizer(vocab, merges);
+  std::vector<uint32_t> want = {uint32_t(tok->eot_id())};
+  tok->encode(text, want);
+  CHECK(got.size() == want.size());
+  CHECK(got == want);
+}
