@@ -1,7 +1,5 @@
 #include "engine/checkpoint/checkpoint_verify.hpp"
 
-#include <mpi.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -113,7 +111,7 @@ std::string inspect_checkpoint(const std::string& ckpt) {
      << man["loom_version"].get<std::string>() << " commit " << man["git_commit"].get<std::string>() << "\n";
   const auto& mm = man["model"];
   GptShape s = GptShape::make(mm["n_layer"], mm["n_head"], mm["d_model"], mm["vocab_size"], mm["seq_len"]);
-  H5TensorFile f = H5TensorFile::open((fs::path(ckpt) / kCheckpointFile).string(), MPI_COMM_SELF);
+  H5TensorFile f = H5TensorFile::open_alone((fs::path(ckpt) / kCheckpointFile).string());
   os << "  tensors (global shape, CRC-32C of params / adam_m / adam_v data):\n";
   for (const GlobalTensor& g : global_tensors(s)) {
     size_t n = 1;

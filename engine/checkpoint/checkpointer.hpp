@@ -9,8 +9,10 @@
 // older complete checkpoints beyond checkpoint.keep_last are pruned. A directory without a valid
 // manifest is never loaded. Loading reads only this rank's slices of the global tensors, so a
 // checkpoint resumes under any layout the model allows (tp, pp, dp and zero all free to change).
-#include <mpi.h>
-
+//
+// Construction, snapshots and the background save: checkpointer.cpp; writing one checkpoint:
+// checkpoint_writer.cpp; choosing what to resume and loading it: checkpoint_loader.cpp; who
+// writes which slice: slice_plan.hpp.
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -21,10 +23,11 @@
 #include "engine/checkpoint/checkpoint_verify.hpp"
 #include "engine/config/recipe.hpp"
 #include "engine/data/data_loader.hpp"
-#include "engine/util/dir_lock.hpp"
 #include "engine/model/gpt.hpp"
-#include "engine/optim/adamw.hpp"
-#include "parallel/grad_sync.hpp"
+#include "engine/optim/distributed_optimizer.hpp"
+#include "engine/util/dir_lock.hpp"
+#include "engine/util/host_buffer.hpp"
+#include "parallel/mpi_communicator.hpp"
 #include "parallel/process_groups.hpp"
 
 namespace loom {
@@ -55,10 +58,21 @@ struct ResumePoint {
   std::string last_clean;   // the newest clean checkpoint in checkpoint.dir ("" if none), rank 0
 };
 
+// What the checkpointer uses of the recipe. The layout recorded in each manifest is the process
+// grid's and the optimizer's ZeRO stage.
+struct CheckpointSetup {
+  CheckpointConfig checkpoint;  // the checkpoint section
+  ModelConfig model;            // the model section: a checkpoint loads only into the same model
+  std::string recipe_yaml;      // the whole recipe (recipe_to_yaml), recorded in each manifest
+};
+// The recipe's part for the checkpointer.
+CheckpointSetup checkpoint_setup(const Recipe& recipe);
+
 class Checkpointer {
  public:
-  Checkpointer(const Recipe& recipe, parallel::ProcessGroups& groups, Gpt& model, AdamW& optim,
-               parallel::GradSync& sync);
+  // Collective over the world. With checkpoint.dir set: takes the directory's lock (rank 0),
+  // removes interrupted saves of its own, and checks that every rank can create files there.
+  Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& groups, Gpt& model, DistributedOptimizer& optim);
   ~Checkpointer();  // waits for an async save in flight
 
   // Collective. Writes the checkpoint of the state after `steps_done` steps. With
@@ -77,19 +91,28 @@ class Checkpointer {
   std::string last_clean_checkpoint(int64_t before_step) const;
 
  private:
-  struct Snapshot;
+  // The state one save writes: host copies of this rank's parameters and full (un-sharded) Adam
+  // moments, in the model's flat layout.
+  struct Snapshot {
+    int64_t steps_done = 0;
+    SavedDataPosition data;
+    StateHealth health;
+    HostBuffer<float> params, m, v;
+  };
+  // Collective over `world` (the world's ranks: the job's or the background writer's
+  // communicator). Writes `snap` as checkpoint step_N of checkpoint.dir (checkpoint_writer.cpp).
+  void write(const Snapshot& snap, parallel::MpiCommunicator& world);
   // Collective. Loads `dir` (which passed precheck_checkpoint) and checks every dataset's
   // CRC-32C from the slices read; returns what is wrong ("" if nothing), the same on every rank.
   std::string load(const std::string& dir, ResumePoint& at);
   std::vector<std::string> candidates_on_rank0() const;
-  void write(const Snapshot& snap, MPI_Comm comm);
 
-  const Recipe& r_;
+  const CheckpointSetup setup_;
+  const CheckpointConfig& cfg_ = setup_.checkpoint;
   parallel::ProcessGroups& groups_;
   Gpt& model_;
-  AdamW& optim_;
-  parallel::GradSync& sync_;
-  MPI_Comm io_comm_ = MPI_COMM_NULL;  // the background writer's duplicate of the world
+  DistributedOptimizer& optim_;
+  std::unique_ptr<parallel::MpiCommunicator> io_comm_;  // the background writer's, over the world
   std::thread writer_;
   std::exception_ptr writer_error_;
   std::shared_ptr<Snapshot> in_flight_;

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "parallel/h5_mpio.hpp"
+
 namespace loom {
 namespace {
 
@@ -55,9 +57,8 @@ std::string hdf5_reason(int saved_errno, const std::string& path = "") {
   return found.deepest.empty() ? "unknown HDF5 error" : found.deepest;
 }
 
-hid_t file_access(MPI_Comm comm) {
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+// `fapl`: parallel HDF5's MPI-IO driver over the ranks that open the file (parallel/h5_mpio.hpp).
+hid_t file_access(hid_t fapl) {
   H5Pset_all_coll_metadata_ops(fapl, true);
   H5Pset_coll_metadata_write(fapl, true);
   H5Pset_alignment(fapl, 1 << 19, 1 << 20);  // large objects on 1 MiB boundaries (file-system stripes)
@@ -98,9 +99,9 @@ hsize_t select(hid_t space, const std::vector<int64_t>& shape, const TensorSlice
 
 }  // namespace
 
-H5TensorFile H5TensorFile::create(const std::string& path, MPI_Comm comm) {
+H5TensorFile H5TensorFile::create(const std::string& path, parallel::MpiCommunicator& group) {
   quiet_hdf5();
-  hid_t fapl = file_access(comm);
+  hid_t fapl = file_access(parallel::h5_mpio_file_access(group));
   errno = 0;
   hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   const int err = errno;
@@ -109,9 +110,17 @@ H5TensorFile H5TensorFile::create(const std::string& path, MPI_Comm comm) {
   return H5TensorFile(f, path);
 }
 
-H5TensorFile H5TensorFile::open(const std::string& path, MPI_Comm comm) {
+H5TensorFile H5TensorFile::open(const std::string& path, parallel::MpiCommunicator& group) {
+  return open_with(path, parallel::h5_mpio_file_access(group));
+}
+
+H5TensorFile H5TensorFile::open_alone(const std::string& path) {
+  return open_with(path, parallel::h5_mpio_file_access_alone());
+}
+
+H5TensorFile H5TensorFile::open_with(const std::string& path, int64_t mpio_fapl) {
   quiet_hdf5();
-  hid_t fapl = file_access(comm);
+  hid_t fapl = file_access(hid_t(mpio_fapl));
   hid_t f = -1;
   H5E_BEGIN_TRY { f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl); }
   H5E_END_TRY;

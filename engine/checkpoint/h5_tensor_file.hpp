@@ -5,15 +5,16 @@
 // Datasets are contiguous and unfiltered (see h5_tensor_file.cpp for why); the checkpoint's
 // manifest checksums the whole file. All calls are collective over the file's communicator and
 // must be made in the same order on every rank (ranks with nothing to write or read pass a null
-// slice).
-#include <mpi.h>
-
+// slice). A file opened alone (open_alone) is one process's: no collective calls.
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace loom {
+namespace parallel {
+class MpiCommunicator;
+}
 
 // Where a rank's local buffer sits in a global tensor: runs of global rows (first, count), in
 // local order, and columns [col_begin, col_begin + cols). Rows past the stored shape (vocabulary
@@ -33,9 +34,12 @@ class H5TensorFile {
  public:
   // Serial, read-only (no MPI-IO): the byte range of each named dataset in a closed file.
   static std::vector<DatasetExtent> extents(const std::string& path, const std::vector<std::string>& names);
-  // Collective. Throws std::runtime_error naming the file.
-  static H5TensorFile create(const std::string& path, MPI_Comm comm);
-  static H5TensorFile open(const std::string& path, MPI_Comm comm);
+  // Collective over `group` (parallel HDF5 over its MPI-IO). Throws std::runtime_error naming
+  // the file.
+  static H5TensorFile create(const std::string& path, parallel::MpiCommunicator& group);
+  static H5TensorFile open(const std::string& path, parallel::MpiCommunicator& group);
+  // Read-only, by this process alone (the other ranks need not open it, nor keep step).
+  static H5TensorFile open_alone(const std::string& path);
   H5TensorFile(H5TensorFile&& o) noexcept;
   ~H5TensorFile();
   H5TensorFile(const H5TensorFile&) = delete;
@@ -59,6 +63,7 @@ class H5TensorFile {
 
  private:
   H5TensorFile(int64_t file, std::string path) : file_(file), path_(std::move(path)) {}
+  static H5TensorFile open_with(const std::string& path, int64_t mpio_fapl);  // takes the hid_t
   int64_t file_ = -1;  // hid_t
   std::string path_;
 };

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "engine/util/crc32c.hpp"
+#include "parallel/host_collectives.hpp"
 
 namespace loom {
 
@@ -36,24 +37,11 @@ void SliceChecksums::add(uint32_t dataset, const std::vector<int64_t>& shape, co
 }
 
 std::vector<uint32_t> SliceChecksums::combine_on_rank0(const std::vector<uint64_t>& dataset_bytes,
-                                                       MPI_Comm comm) const {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+                                                       parallel::MpiCommunicator& group) const {
   // Gather everyone's runs and CRCs (a few MB at most: 4 bytes per row of a column-split tensor).
-  auto gather = [&](const void* mine, int bytes, std::vector<char>& all, std::vector<int>& counts) {
-    counts.assign(size_t(size), 0);
-    MPI_Gather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
-    std::vector<int> displs(size_t(size), 0);
-    for (int i = 1; i < size; ++i) displs[size_t(i)] = displs[size_t(i) - 1] + counts[size_t(i) - 1];
-    all.resize(rank == 0 ? size_t(displs.back()) + size_t(counts.back()) : 0);
-    MPI_Gatherv(mine, bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0, comm);
-  };
-  std::vector<char> run_bytes, crc_bytes;
-  std::vector<int> run_counts, crc_counts;
-  gather(runs_.data(), int(runs_.size() * sizeof(Run)), run_bytes, run_counts);
-  gather(crcs_.data(), int(crcs_.size() * sizeof(uint32_t)), crc_bytes, crc_counts);
-  if (rank != 0) return {};
+  const std::vector<char> run_bytes = parallel::gather_bytes(group, runs_.data(), runs_.size() * sizeof(Run));
+  const std::vector<char> crc_bytes = parallel::gather_bytes(group, crcs_.data(), crcs_.size() * sizeof(uint32_t));
+  if (group.rank() != 0) return {};
 
   struct Piece {
     uint64_t offset, len;

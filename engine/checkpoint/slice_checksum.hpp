@@ -5,8 +5,6 @@
 // memory, on the bytes it writes or has just read; rank 0 gathers them, orders them by file
 // offset, checks that they tile each dataset exactly, and combines them (crc32c_combine) into
 // the dataset's CRC-32C, the very value a pass over the file's bytes would give.
-#include <mpi.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,6 +12,9 @@
 #include "engine/checkpoint/h5_tensor_file.hpp"
 
 namespace loom {
+namespace parallel {
+class MpiCommunicator;
+}
 
 class SliceChecksums {
  public:
@@ -21,10 +22,11 @@ class SliceChecksums {
   // global `shape` (float32). Rows past shape[0] (vocabulary padding) are not stored: skipped.
   void add(uint32_t dataset, const std::vector<int64_t>& shape, const TensorSlice& slice, const float* data);
 
-  // Collective over `comm`. On rank 0 returns the CRC-32C of each dataset (dataset_bytes[i] bytes
+  // Collective over `group`. On rank 0 returns the CRC-32C of each dataset (dataset_bytes[i] bytes
   // each); throws std::runtime_error if the gathered pieces leave a gap or overlap (a rank wrote
   // or read the wrong slice). Other ranks get an empty vector.
-  std::vector<uint32_t> combine_on_rank0(const std::vector<uint64_t>& dataset_bytes, MPI_Comm comm) const;
+  std::vector<uint32_t> combine_on_rank0(const std::vector<uint64_t>& dataset_bytes,
+                                         parallel::MpiCommunicator& group) const;
 
  private:
   // `count` pieces of `len` bytes, the first at byte `offset` of the dataset, `stride` apart.

@@ -1,0 +1,173 @@
+// Resuming: which checkpoint (checkpoint.resume, falling back past damaged ones), and loading
+// it: every rank reads only its slices of the global tensors, under any layout, and the slices
+// read are checked against the manifest's checksums before the state is used.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/checkpoint/checkpoint_layout.hpp"
+#include "engine/checkpoint/checkpointer.hpp"
+#include "engine/checkpoint/h5_tensor_file.hpp"
+#include "engine/checkpoint/slice_checksum.hpp"
+#include "engine/checkpoint/slice_plan.hpp"
+#include "engine/util/host_buffer.hpp"
+#include "parallel/host_collectives.hpp"
+
+namespace loom {
+namespace fs = std::filesystem;
+
+// Rank 0: the candidates for checkpoint.resume, the one to try first first. Entries of
+// checkpoint.dir that are not usable checkpoints are named once, here.
+std::vector<std::string> Checkpointer::candidates_on_rank0() const {
+  const std::string& how = cfg_.resume;
+  if (how == "never") return {};
+  if (how != "auto") return {how};
+  if (cfg_.dir.empty()) return {};
+  const CheckpointCatalog c = scan_checkpoints(cfg_.dir);
+  for (const std::string& line : c.ignored) std::fprintf(stderr, "loom: warning: %s\n", line.c_str());
+  return resume_order(c);
+}
+
+ResumePoint Checkpointer::resume() {
+  parallel::MpiCommunicator& world = groups_.world();
+  const bool rank0 = groups_.world_rank() == 0;
+  const std::string& how = cfg_.resume;
+  const std::vector<std::string> candidates =
+      parallel::broadcast_strings(world, rank0 ? candidates_on_rank0() : std::vector<std::string>{});
+  for (const std::string& path : candidates) {
+    // Rank 0 checks the manifest, the sizes and the bytes outside the datasets (the HDF5
+    // metadata) before any rank opens the file; the datasets are checked as they are read.
+    std::string bad = parallel::broadcast_string(world, rank0 ? precheck_checkpoint(path) : "");
+    ResumePoint at;
+    if (bad.empty()) bad = load(path, at);
+    if (bad.empty()) {
+      if (rank0) {
+        const int64_t bad = at.health.first_bad_step >= 0 ? at.health.first_bad_step : at.steps_done;
+        at.last_clean = last_clean_checkpoint(bad);
+        if (!at.clean)
+          std::fprintf(stderr,
+                       "loom: warning: %s was saved after the run went non-finite or diverged (first at step %lld); "
+                       "the last clean checkpoint before that is %s%s\n",
+                       path.c_str(), (long long)bad,
+                       at.last_clean.empty() ? "(none)" : at.last_clean.c_str(),
+                       at.last_clean.empty() ? "" : " (set checkpoint.resume to it to go back there)");
+      }
+      return at;
+    }
+    if (how != "auto") throw std::runtime_error("checkpoint.resume=" + how + ": " + bad);
+    if (rank0)
+      std::fprintf(stderr, "loom: checkpoint %s is damaged (%s); trying the next newest\n", path.c_str(), bad.c_str());
+  }
+  if (!candidates.empty())
+    throw std::runtime_error("checkpoint.dir=" + cfg_.dir + ": every checkpoint is damaged (see above); "
+                             "nothing to resume from (set checkpoint.resume=never to start afresh)");
+  return ResumePoint{};
+}
+
+std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
+  auto t0 = std::chrono::steady_clock::now();
+  parallel::MpiCommunicator& world = groups_.world();
+  const bool rank0 = groups_.world_rank() == 0;
+  nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(dir) / "manifest.json"));
+  const auto& mm = man["model"];
+  const ModelConfig& m = setup_.model;
+  if (mm["n_layer"] != m.n_layer || mm["n_head"] != m.n_head || mm["d_model"] != m.d_model ||
+      mm["vocab_size"] != m.vocab_size || mm["seq_len"] != m.seq_len)
+    throw std::runtime_error(dir + ": the checkpoint's model " + mm.dump() +
+                             " differs from the recipe's model section; a checkpoint loads only into the same model");
+  const ParamTable& table = model_.table();
+  const auto coord = groups_.coord();
+  const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());
+  // Tensor by tensor through one staging buffer (the largest slice), straight into the model and
+  // the optimizer: host memory stays at one tensor, not a copy of the whole state.
+  size_t largest = 1;
+  for (const ParamInfo& p : table.params()) largest = std::max(largest, p.numel);
+  HostBuffer<float> staging(largest);
+  const std::vector<uint64_t> bytes_of = dataset_bytes(tensors);
+  const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);
+  SliceChecksums sums;  // of what this rank reads, where it is the canonical holder
+  // Each rank opens the (complete, read-only) file on its own and reads only its slices: no
+  // collective calls, so ranks holding different numbers of tensors need not keep step. (Reading
+  // through a file opened by all ranks together was no faster here.)
+  // A read that fails on one rank (a damaged file) is agreed on before the collective checksum
+  // step, so every rank moves on to the next candidate together.
+  std::string read_error;
+  try {
+    H5TensorFile f = H5TensorFile::open_alone((fs::path(dir) / kCheckpointFile).string());
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const GlobalTensor& g = tensors[t];
+      const ParamInfo* mine = table.find_if_held(g.name);
+      const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+      for (int gi = 0; gi < 3; ++gi) {
+        if (!mine) continue;
+        f.read(kCheckpointGroups[gi] + g.name, &s, staging.data());
+        if (canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)]))
+          sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, staging.data());
+        if (gi == 0)
+          model_.set_params(mine->offset, mine->numel, staging.data());
+        else
+          optim_.import_moment(gi - 1, mine->offset, mine->numel, staging.data());
+      }
+    }
+    f.close();
+  } catch (const std::exception& e) {
+    read_error = e.what();
+  }
+  if (read_error = parallel::agree_on_error(read_error, world); !read_error.empty()) return read_error;
+  // What was read must be what was saved. Until this passes, the state just installed is not
+  // used: a failure makes resume() load an older checkpoint over all of it, or stop the job.
+  std::string bad;
+  try {
+    const std::vector<uint32_t> got = sums.combine_on_rank0(bytes_of, world);
+    if (rank0) {
+      std::map<std::string, uint32_t> want;
+      for (const auto& d : man["files"][0]["datasets"]) want[d["name"].get<std::string>()] = d["crc32c"].get<uint32_t>();
+      const std::vector<std::string> names = dataset_names(model_.shape());
+      for (size_t i = 0; i < names.size() && bad.empty(); ++i) {
+        auto it = want.find(names[i]);
+        if (it == want.end())
+          bad = "manifest.json lists no dataset " + names[i];
+        else if (it->second != got[i])
+          bad = (fs::path(dir) / kCheckpointFile).string() + ": dataset " + names[i] + " fails its CRC-32C check (corrupted)";
+      }
+    }
+  } catch (const std::exception& e) {
+    bad = e.what();
+  }
+  if (bad = parallel::broadcast_string(world, bad); !bad.empty()) return bad;
+  at.path = dir;
+  at.steps_done = man["step"].get<int64_t>();
+  const auto& loader = man["loader"];
+  at.data.loader.next_step = loader["next_step"].get<int64_t>();
+  at.data.loader.next_sample = loader.value("next_sample", int64_t(-1));
+  at.data.seed_recorded = loader.contains("seed") && loader["seed"].is_number_unsigned();
+  if (at.data.seed_recorded) at.data.seed = loader["seed"].get<uint64_t>();
+  at.data.global_batch = loader.value("global_batch", int64_t(-1));
+  at.data.samples_per_epoch = loader.value("samples_per_epoch", int64_t(-1));
+  if (man.contains("health")) {
+    const auto& h = man["health"];
+    at.clean = h.value("clean", true);
+    if (h.contains("loss") && h["loss"].is_number()) at.health.loss = h["loss"].get<double>();
+    if (h.contains("first_bad_step") && h["first_bad_step"].is_number_integer())
+      at.health.first_bad_step = h["first_bad_step"].get<int64_t>();
+  }
+  world.barrier();  // the time below is the slowest rank's
+  if (rank0) {
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double bytes = double(fs::file_size(fs::path(dir) / kCheckpointFile));
+    std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d; read and verified %.1f MB "
+                "in %.2f s, %.2f GB/s)\n",
+                dir.c_str(), (long long)at.steps_done, man["layout"]["tp"].get<int>(), man["layout"]["pp"].get<int>(),
+                man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>(), bytes / 1e6, sec, bytes / 1e9 / sec);
+    std::fflush(stdout);
+  }
+  return "";
+}
+
+}  // namespace loom

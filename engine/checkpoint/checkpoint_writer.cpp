@@ -1,0 +1,223 @@
+// Writing one checkpoint: every rank's slices into one HDF5 file at once, their checksums, then
+// on rank 0 the manifest, the rename into place, `latest` and retention (docs/checkpoints.md).
+#include <sys/statvfs.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/checkpoint/checkpoint_layout.hpp"
+#include "engine/checkpoint/checkpointer.hpp"
+#include "engine/checkpoint/h5_tensor_file.hpp"
+#include "engine/checkpoint/slice_checksum.hpp"
+#include "engine/checkpoint/slice_plan.hpp"
+#include "engine/util/atomic_file.hpp"
+#include "engine/util/utc_time.hpp"
+#include "loom_version.hpp"
+#include "parallel/host_collectives.hpp"
+
+namespace loom {
+namespace fs = std::filesystem;
+namespace {
+
+std::string step_name(int64_t step) { return checkpoint_name(step); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Free bytes for an unprivileged writer on the filesystem holding `dir` (-1 if unknown).
+int64_t free_bytes(const std::string& dir) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return -1;
+  return int64_t(v.f_bavail) * int64_t(v.f_frsize);
+}
+
+// Now in UTC, for file names: 20261123T154500Z.
+std::string utc_stamp() { return utc_now("%Y%m%dT%H%M%SZ"); }
+
+// manifest.json: what was saved (`file`: model.h5's size, CRC-32C and datasets), where the data
+// stream stood, the state's health, the layout it was saved under and the recipe.
+nlohmann::json manifest(int64_t steps_done, const SavedDataPosition& data, const StateHealth& h, bool clean,
+                        bool finite, nlohmann::json file, nlohmann::json layout, const ModelConfig& m,
+                        const std::string& recipe_yaml) {
+  return {
+      {"format", "loom-checkpoint"},
+      {"version", 1},
+      {"step", steps_done},
+      {"loader",
+       {{"next_step", data.loader.next_step},
+        {"next_sample", data.loader.next_sample},
+        {"seed", data.seed},
+        {"global_batch", data.global_batch},
+        {"samples_per_epoch", data.samples_per_epoch}}},
+      {"health",
+       {{"clean", clean},
+        {"loss", std::isfinite(h.loss) ? nlohmann::json(h.loss) : nlohmann::json(nullptr)},
+        {"params_finite", finite},
+        {"first_bad_step", h.first_bad_step >= 0 ? nlohmann::json(h.first_bad_step) : nlohmann::json(nullptr)}}},
+      {"files", nlohmann::json::array({std::move(file)})},
+      {"layout", std::move(layout)},
+      {"model",
+       {{"n_layer", m.n_layer}, {"n_head", m.n_head}, {"d_model", m.d_model}, {"vocab_size", m.vocab_size},
+        {"seq_len", m.seq_len}}},
+      {"rng", "none: initialisation is counter-based and sampling a pure function of "
+              "(train.seed, position); the loader state is loader.next_sample"},
+      {"loom_version", LOOM_VERSION},
+      {"git_commit", LOOM_GIT_COMMIT},
+      {"recipe", recipe_yaml}};
+}
+
+}  // namespace
+
+void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int rank = world.rank();
+  const int64_t steps_done = snap.steps_done;
+  const fs::path root = cfg_.dir;
+  const fs::path partial = root / (step_name(steps_done) + ".partial");
+  const fs::path final_dir = root / step_name(steps_done);
+  const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());
+  const std::vector<uint64_t> bytes_of = dataset_bytes(tensors);
+  // Every parameter finite on every rank: part of what makes a state clean (retention keeps the
+  // last clean checkpoint however many saves follow).
+  bool finite = true;
+  for (size_t i = 0, n = snap.params.size(); i < n && finite; ++i) finite = std::isfinite(snap.params.data()[i]);
+  finite = parallel::all_true(world, finite);
+  std::string error;
+  if (rank == 0) {
+    try {
+      fs::create_directories(root);
+      fs::remove_all(partial);  // leftovers of a save that died
+      // A full disk is reported before anything is written (the file is the datasets plus a
+      // little HDF5 metadata); a disk that fills during the write is reported by the write.
+      uint64_t need = 0;
+      for (uint64_t b : bytes_of) need += b;
+      const int64_t avail = free_bytes(root.string());
+      if (avail >= 0 && uint64_t(avail) < need)
+        throw std::runtime_error(root.string() + ": No space left on device: this checkpoint needs " +
+                                 std::to_string(need / 1000000 + 1) + " MB, the filesystem has " +
+                                 std::to_string(avail / 1000000) + " MB free (older checkpoints are intact)");
+      fs::create_directories(partial);
+    } catch (const std::exception& e) {
+      error = std::string("checkpoint.dir: ") + e.what();
+    }
+  }
+  if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
+  const ParamTable& table = model_.table();
+  const auto coord = groups_.coord();
+  const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);
+  SliceChecksums sums;  // of what this rank writes, taken from memory as it is written
+  {
+    // A failed write (a full disk) does not throw here: every rank must go on making the same
+    // collective HDF5 calls; the ranks agree on the first error once the file is closed.
+    H5TensorFile f = H5TensorFile::create((partial / kCheckpointFile).string(), world);
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const GlobalTensor& g = tensors[t];
+      const ParamInfo* mine = table.find_if_held(g.name);
+      const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+      const float* data[3] = {snap.params.data(), snap.m.data(), snap.v.data()};
+      for (int gi = 0; gi < 3; ++gi) {
+        const bool writer = mine && canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)]);
+        std::string bad = f.write(kCheckpointGroups[gi] + g.name, g.shape, writer ? &s : nullptr,
+                                  writer ? data[gi] + mine->offset : nullptr);
+        if (error.empty()) error = std::move(bad);
+        if (writer) sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, data[gi] + mine->offset);
+      }
+    }
+    f.set_attr("loom_checkpoint_version", "1");
+    f.set_attr("step", std::to_string(steps_done));
+    if (std::string bad = f.close_checked(); error.empty()) error = std::move(bad);
+  }
+  if (error = parallel::agree_on_error(error, world); !error.empty()) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(partial, ec);  // ours, incomplete, and taking the space a retry needs
+    }
+    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
+  }
+  std::vector<uint32_t> dataset_crc;
+  try {
+    dataset_crc = sums.combine_on_rank0(bytes_of, world);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  world.barrier();  // every rank has closed the file
+  if (rank == 0 && error.empty()) {
+    try {
+      const std::string file = (partial / kCheckpointFile).string();
+      const double data_s = seconds_since(t0);
+      fsync_path(file);
+      const double fsync_s = seconds_since(t0) - data_s;
+      const auto extents = H5TensorFile::extents(file, dataset_names(model_.shape()));
+      for (size_t i = 0; i < extents.size(); ++i)
+        if (extents[i].bytes != bytes_of[i])
+          throw std::runtime_error(file + ": dataset " + extents[i].name + " is stored in " +
+                                   std::to_string(extents[i].bytes) + " bytes, expected " + std::to_string(bytes_of[i]));
+      const uint64_t bytes = fs::file_size(file);
+      const uint32_t crc = file_crc_from_datasets(file, bytes, extents, dataset_crc);
+      nlohmann::json datasets = nlohmann::json::array();
+      for (size_t i = 0; i < extents.size(); ++i)
+        datasets.push_back({{"name", extents[i].name}, {"offset", extents[i].offset}, {"bytes", extents[i].bytes},
+                            {"crc32c", dataset_crc[i]}});
+      const bool clean = finite && snap.health.first_bad_step < 0;
+      const parallel::GridLayout& layout = groups_.layout();
+      const nlohmann::json man = manifest(
+          snap.steps_done, snap.data, snap.health, clean, finite,
+          {{"name", kCheckpointFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}},
+          {{"tp", layout.tp}, {"pp", layout.pp}, {"dp", layout.dp}, {"zero", optim_.zero_stage()},
+           {"world", layout.world()}},
+          setup_.model, setup_.recipe_yaml);
+      write_file_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
+      if (fs::exists(final_dir)) {
+        // A checkpoint of the same step from an earlier history (this run resumed from an older
+        // one): set aside, never deleted, and said so. Renamed before the new one takes its name,
+        // so a crash in between loses neither.
+        const fs::path aside = root / (step_name(steps_done) + ".replaced-" + utc_stamp());
+        fs::rename(final_dir, aside);
+        std::printf("loom: step %lld was saved before by an earlier history of this run; that checkpoint is kept as "
+                    "%s\n",
+                    (long long)steps_done, aside.string().c_str());
+      }
+      fs::rename(partial, final_dir);
+      fsync_path(root.string());
+      write_file_atomically((root / "latest").string(), step_name(steps_done) + "\n");
+      const double complete_s = seconds_since(t0);
+      // Prune only now that a newer complete checkpoint exists, and only what retention allows.
+      const CheckpointCatalog catalog = scan_checkpoints(root.string());
+      const Retention keep = plan_retention(catalog, cfg_.keep_last);
+      for (const std::string& p : keep.prune) {
+        std::error_code ec;  // the save is complete: a checkpoint that will not go is a warning
+        fs::remove_all(p, ec);
+        if (ec) std::fprintf(stderr, "loom: warning: could not prune %s: %s\n", p.c_str(), ec.message().c_str());
+      }
+      std::printf("loom: saved checkpoint %s (%.1f MB complete in %.2f s, %.2f GB/s: data written in %.2f s, fsync "
+                  "%.2f s, checksums, manifest and rename %.2f s; older ones pruned in %.2f s)%s%s\n",
+                  final_dir.string().c_str(), bytes / 1e6, complete_s, bytes / 1e9 / complete_s, data_s, fsync_s,
+                  complete_s - data_s - fsync_s, seconds_since(t0) - complete_s, cfg_.async ? " [async]" : "",
+                  clean ? "" : " [not clean: saved after the run went non-finite or diverged]");
+      for (const PinnedCheckpoint& pin : keep.pinned)
+        std::printf("loom: keeping %s beyond checkpoint.keep_last = %d: it is the last clean checkpoint, saved before "
+                    "the run went non-finite or diverged at step %lld\n",
+                    pin.path.c_str(), cfg_.keep_last, (long long)pin.before_step);
+      std::fflush(stdout);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Every rank learns of a failure on rank 0 (no rank waits for another that gave up); the
+  // .partial directory goes (it may hold gigabytes a retry needs), older checkpoints are untouched.
+  if (error = parallel::broadcast_string(world, error); !error.empty()) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(partial, ec);
+    }
+    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,29 @@
+#include "engine/checkpoint/slice_plan.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+
+namespace loom {
+
+TensorSlice slice_of(const ParamInfo& p) { return TensorSlice{p.row_runs, p.col_begin, p.cols()}; }
+
+std::vector<int> spread_over_dp(const std::vector<uint64_t>& bytes, int dp) {
+  std::vector<size_t> order(bytes.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<uint64_t> load(size_t(dp), 0);
+  std::vector<int> owner(bytes.size(), 0);
+  for (size_t d : order) {
+    const size_t least = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[d] = int(least);
+    load[least] += bytes[d];
+  }
+  return owner;
+}
+
+bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coord, int owner_dp) {
+  return coord.dp == owner_dp && (p.split != TpSplit::Replicated || coord.tp == 0) && !p.tied_copy;
+}
+
+}  // namespace loom

@@ -1,0 +1,31 @@
+#pragma once
+// Who writes what of a checkpoint, as arithmetic on the parameter table and the process grid (no
+// MPI, no HDF5: unit-tested on its own). A rank's slice of a global tensor is where its table
+// puts it; each dataset (a tensor's params/, adam_m/ or adam_v/) is written, and on load
+// checksummed, by exactly one rank per element: the canonical holder. docs/checkpoints.md.
+#include <cstdint>
+#include <vector>
+
+#include "engine/checkpoint/h5_tensor_file.hpp"
+#include "engine/model/param_table.hpp"
+#include "parallel/grid_layout.hpp"
+
+namespace loom {
+
+// Where this rank's part of tensor `p` lies in the global tensor (its row runs and columns).
+TensorSlice slice_of(const ParamInfo& p);
+
+// Which data-parallel rank writes (and, on load, checksums) each dataset of `bytes` bytes (in
+// dataset order). Every dp replica holds the same slices (ZeRO-1 moments are gathered first), so
+// the datasets are dealt out among them, largest first to the least loaded (ties: the lower dp
+// rank, then the earlier dataset): a job's replicas write at once (on a cluster, from as many
+// nodes) instead of leaving it all to dp rank 0. The same on every rank.
+std::vector<int> spread_over_dp(const std::vector<uint64_t>& bytes, int dp);
+
+// Whether the rank at `coord` is the one that writes (and, on load, checksums) its slice of a
+// dataset of tensor `p` that spread_over_dp gave to dp rank `owner_dp`: that dp rank; tp rank 0
+// for a replicated tensor; never a tied copy (the last stage's wte: the first stage's is
+// identical and is the one written).
+bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coord, int owner_dp);
+
+}  // namespace loom
