@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "parallel/bucket_plan.hpp"
+
 namespace loom::parallel {
 namespace {
 

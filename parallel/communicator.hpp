@@ -46,7 +46,4 @@ class Communicator {
   virtual void barrier() = 0;
 };
 
-// Splits [0, n) into `parts` contiguous ranges whose sizes differ by at most one.
-std::vector<size_t> even_counts(size_t n, int parts);
-
 }  // namespace loom::parallel

@@ -86,12 +86,6 @@ void do_all_gather(MPI_Comm c, float* buf, const std::vector<size_t>& counts) {
 
 }  // namespace
 
-std::vector<size_t> even_counts(size_t n, int parts) {
-  std::vector<size_t> c(size_t(parts), n / size_t(parts));
-  for (size_t i = 0; i < n % size_t(parts); ++i) c[i]++;
-  return c;
-}
-
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::move(name)) {
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   check(MPI_Comm_dup(comm, &worker_comm_), "MPI_Comm_dup");

@@ -1,5 +1,7 @@
 #include "parallel/mpi_world.hpp"
 
+#include "parallel/mpi_communicator.hpp"
+
 #include <unistd.h>
 
 #include <climits>
@@ -29,6 +31,10 @@ std::string MpiWorld::hostname() const {
   char buf[256] = {0};
   gethostname(buf, sizeof buf - 1);
   return buf;
+}
+
+std::string agree_on_error(const std::string& local_error, MpiCommunicator& group) {
+  return agree_on_error(local_error, group.comm());
 }
 
 std::string agree_on_error(const std::string& local_error, MPI_Comm comm) {

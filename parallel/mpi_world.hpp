@@ -13,6 +13,8 @@ namespace loom::parallel {
 // ("" if none did). The way a check that may fail on some ranks only ends on all of them
 // together instead of leaving the others waiting in their next collective call.
 std::string agree_on_error(const std::string& local_error, MPI_Comm comm);
+class MpiCommunicator;
+std::string agree_on_error(const std::string& local_error, MpiCommunicator& group);  // over the group
 
 class MpiWorld {
  public:

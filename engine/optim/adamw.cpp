@@ -5,7 +5,7 @@
 
 namespace loom {
 
-AdamW::AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<FlatRange> owned)
+AdamW::AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<parallel::Range> owned)
     : be_(backend), table_(table), h_(hyper), owned_(std::move(owned)) {
   if (owned_.empty()) owned_ = {{0, table.total()}};
   for (const auto& r : owned_) owned_size_ += r.end - r.begin;
@@ -20,7 +20,7 @@ AdamW::~AdamW() {
 
 void AdamW::step(float* params, const float* packed_grads, double lr, int64_t t) {
   size_t packed = 0;  // offset of the current range in the packed buffers
-  for (const FlatRange& r : owned_) {
+  for (const parallel::Range& r : owned_) {
     // The parameters this range overlaps, each with its own weight decay.
     for (const ParamInfo& p : table_.params()) {
       const size_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
@@ -36,22 +36,17 @@ void AdamW::step(float* params, const float* packed_grads, double lr, int64_t t)
 
 void AdamW::export_state(float* full_m, float* full_v) const {
   size_t packed = 0;
-  for (const FlatRange& r : owned_) {
+  for (const parallel::Range& r : owned_) {
     be_.download(full_m + r.begin, m_ + packed, r.end - r.begin);
     be_.download(full_v + r.begin, v_ + packed, r.end - r.begin);
     packed += r.end - r.begin;
   }
 }
 
-void AdamW::import_state(const float* full_m, const float* full_v) {
-  import_state(0, 0, table_.total(), full_m);
-  import_state(1, 0, table_.total(), full_v);
-}
-
 void AdamW::import_state(int which, size_t begin, size_t n, const float* part) {
   float* dst = which == 0 ? m_ : v_;
   size_t packed = 0;
-  for (const FlatRange& r : owned_) {
+  for (const parallel::Range& r : owned_) {
     const size_t lo = std::max(r.begin, begin), hi = std::min(r.end, begin + n);
     if (lo < hi) be_.upload(dst + packed + (lo - r.begin), part + (lo - begin), hi - lo);
     packed += r.end - r.begin;

@@ -9,6 +9,7 @@
 
 #include "engine/model/param_table.hpp"
 #include "kernels/backend.hpp"
+#include "parallel/range.hpp"
 
 namespace loom {
 
@@ -16,14 +17,10 @@ struct AdamWHyper {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
-struct FlatRange {
-  size_t begin = 0, end = 0;
-};
-
 class AdamW {
  public:
   // `owned` empty means the whole buffer.
-  AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<FlatRange> owned = {});
+  AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<parallel::Range> owned = {});
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -36,9 +33,8 @@ class AdamW {
   size_t owned_size() const { return owned_size_; }
   size_t state_bytes() const { return 2 * owned_size_ * sizeof(float); }
   // Host arrays of the whole flat buffer's size: the owned ranges of m and v are copied out to
-  // (export) or in from (import) their flat positions; the rest of the arrays is left alone.
+  // their flat positions; the rest of the arrays is left alone.
   void export_state(float* full_m, float* full_v) const;
-  void import_state(const float* full_m, const float* full_v);
   // The same for flat elements [begin, begin + n) of one moment (which = 0: m, 1: v) from `part`
   // (n floats): what this rank owns of that range is copied in (a checkpoint loads tensor by
   // tensor).
@@ -48,7 +44,7 @@ class AdamW {
   Backend& be_;
   const ParamTable& table_;
   AdamWHyper h_;
-  std::vector<FlatRange> owned_;
+  std::vector<parallel::Range> owned_;
   size_t owned_size_ = 0;
   float* m_;
   float* v_;

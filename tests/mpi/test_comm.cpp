@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/bucket_plan.hpp"  // even_counts
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
 

@@ -1,0 +1,97 @@
+#pragma once
+// The distributed optimizer (Megatron-core's word): everything that happens to one rank's
+// gradients after the last micro-batch's backward and to its parameters before the next
+// forward. It owns
+//   - which elements of the flat buffers this rank updates (the ZeRO stage: all of them at
+//     zero 0; one part of every gradient bucket per data-parallel rank at zero 1),
+//   - the bucketed gradient reduction over dp, overlapped with backward (parallel/grad_buckets),
+//     and the sum of tied gradients over the embedding group (the first and last pipeline
+//     stages' copies of wte),
+//   - the global gradient norm and clipping,
+//   - the AdamW update of the owned elements and the all-gather that gives every dp rank the
+//     updated parameters,
+//   - the optimizer state, which the checkpointer asks only this object for.
+// It sees the model only as flat buffers and their ParamTable (weight decay, tp replication,
+// tied copies); it knows no layer.
+//
+// Where ZeRO-2 and ZeRO-3 plug in (docs/parallelism.md): zero 2 keeps the plan and the
+// reduce-scatter, and frees each bucket's full-size gradients as soon as its reduce-scatter is
+// done (grads_ready_from is already per bucket); zero 3 also shards the parameters by the same
+// plan and gathers a block's parameters from the model's before_forward/before_backward hooks
+// (Gpt's ModelHooks), releasing them after use.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/model/param_table.hpp"
+#include "engine/optim/adamw.hpp"
+#include "kernels/backend.hpp"
+#include "parallel/grad_buckets.hpp"
+#include "parallel/process_groups.hpp"
+
+namespace loom {
+
+// What the optimizer is handed of the model.
+struct ModelBuffers {
+  float* params = nullptr;            // flat, backend memory
+  float* grads = nullptr;             // flat, the same layout
+  const ParamTable* table = nullptr;  // names the views into both
+  std::vector<size_t> ready_points;   // the offsets backward reports (Gpt::grad_ready_points)
+};
+
+struct DistOptimConfig {
+  int zero = 0;             // parallel.zero: 0 replicated optimizer state, 1 sharded over dp
+  size_t bucket_elems = 1;  // parallel.bucket_mb, in floats
+  AdamWHyper adamw;         // optim.beta1/beta2/eps/weight_decay
+  double grad_clip = 0;     // optim.grad_clip (0: no clipping)
+};
+
+class DistributedOptimizer {
+ public:
+  // Allocates the shard buffer (zero 1) and the moments: may throw std::bad_alloc.
+  DistributedOptimizer(Backend& backend, ModelBuffers model, parallel::ProcessGroups& groups, DistOptimConfig config);
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Backward's progress (the model's grads_ready_from hook, last micro-batch only): launches the
+  // reduction of every bucket this completes. Tied gradients wait for reduce_grads().
+  void grads_ready_from(size_t offset);
+  // After the last micro-batch's backward: sums the tied gradients over the embedding group,
+  // launches the buckets left and waits for all. Returns the seconds spent waiting (the
+  // communication backward did not hide).
+  double reduce_grads();
+  // The L2 norm of the whole reduced gradient, each element counted once (dp shards, tp
+  // replicas, pipeline stages, tied copies); the same bits on every rank. After reduce_grads().
+  double grad_norm();
+  // Clips to optim.grad_clip given the norm, applies AdamW to the owned elements with learning
+  // rate `lr` (t: the 1-based update count) and gives every dp rank the updated parameters.
+  void update(double grad_norm, double lr, int64_t t);
+
+  // Checkpoints. Collective over dp: full_m and full_v (host, table.total() floats each) get this
+  // rank's moments at their flat positions, and at zero 1 every other dp rank's too, so every dp
+  // rank holds the moments of its whole (tp, pp) slice.
+  void export_moments(float* full_m, float* full_v);
+  // Sets flat elements [begin, begin + n) of moment `which` (0: m, 1: v) from host `part`, where
+  // this rank owns them (a checkpoint loads tensor by tensor).
+  void import_moment(int which, size_t begin, size_t n, const float* part);
+
+  int zero_stage() const { return zero_; }
+  size_t bucket_count() const { return buckets_->plan().buckets.size(); }
+  size_t state_bytes() const { return adamw_->state_bytes(); }
+  // Makes this rank's first owned gradient NaN (LOOM_FAULT=nan@STEP, after reduce_grads()).
+  void poison_grads();
+
+ private:
+  Backend& be_;
+  ModelBuffers model_;
+  parallel::ProcessGroups& groups_;
+  int zero_;
+  double clip_;
+  size_t tied_end_ = 0;  // gradients below this offset wait for the embedding group's sum
+  std::unique_ptr<parallel::GradBuckets> buckets_;
+  std::unique_ptr<AdamW> adamw_;
+};
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+#include "engine/train/step_logger.hpp"
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+StepLogger::StepLogger(const LogConfig& log, LogRates rates) : rates_(rates) {
+  metrics_ = std::make_unique<MetricsLog>(log.dir, rates_.start_step);
+  if (log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(log.dir, rates_.start_step);
+}
+
+void StepLogger::log(const StepRecord& s, const RankHealth& h) {
+  const double tok_s = rates_.tokens_per_step / s.step_s;
+  const double mfu = rates_.flops_per_token * tok_s / rates_.peak_flops_all;
+  std::vector<std::pair<std::string, double>> fields = {
+      {"step", double(s.step)}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm}};
+  if (s.val_loss >= 0) fields.emplace_back("val_loss", s.val_loss);
+  fields.insert(fields.end(), {{"tokens_per_s", tok_s},
+                               {"mfu", mfu},
+                               {"step_ms", s.step_s * 1e3},
+                               {"data_wait_ms", s.data_wait_s * 1e3},
+                               {"comm_wait_ms", s.comm_wait_s * 1e3},
+                               {"slowest_rank", double(h.slowest_rank)},
+                               {"slowest_step_ms", h.slowest_ms},
+                               {"straggler_lag_ms", h.slowest_ms - h.median_ms},
+                               {"rss_mb", h.rss_mb},
+                               {"peak_rss_mb", h.peak_rss_mb}});
+  if (h.gpu)
+    fields.insert(fields.end(), {{"gpu_util_min_pct", h.gpu_util_min_pct},
+                                 {"gpu_mem_max_mb", h.gpu_mem_max_mb},
+                                 {"gpu_power_max_w", h.gpu_power_max_w},
+                                 {"gpu_temp_max_c", h.gpu_temp_max_c}});
+  if (s.skipped) fields.emplace_back("skipped", 1);
+  metrics_->write(fields);
+  if (tensorboard_) {
+    std::vector<std::pair<std::string, double>> tb;
+    for (const auto& [k, v] : fields)
+      if (k != "step" && k != "slowest_rank") tb.emplace_back((k == "loss" || k == "val_loss" ? "loss/" : "perf/") + k, v);
+    tensorboard_->scalars(s.step + 1, tb);  // TensorBoard's step is the number of steps done
+  }
+  // ETA from this session's mean step time so far.
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - rates_.started).count();
+  const double per_step = elapsed / double(s.step + 1 - rates_.start_step);
+  const double eta_s = per_step * double(rates_.total_steps - s.step - 1);
+  char val[32] = "", eta[32];
+  if (s.val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", s.val_loss);
+  if (eta_s >= 3600)
+    std::snprintf(eta, sizeof eta, "%dh%02dm", int(eta_s / 3600), int(eta_s / 60) % 60);
+  else
+    std::snprintf(eta, sizeof eta, "%dm%02ds", int(eta_s / 60), int(eta_s) % 60);
+  std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms | "
+              "data wait %.1f ms | comm wait %.1f ms | mem %.0f MB | slowest rank %d +%.0f ms | ETA %s%s\n",
+              (long long)s.step + 1, (long long)rates_.total_steps, s.loss, val, s.lr, s.grad_norm, tok_s, 100 * mfu,
+              s.step_s * 1e3, s.data_wait_s * 1e3, s.comm_wait_s * 1e3, h.rss_mb, h.slowest_rank,
+              h.slowest_ms - h.median_ms, eta, s.skipped ? " | SKIPPED (non-finite)" : "");
+  std::fflush(stdout);
+}
+
+}  // namespace loom

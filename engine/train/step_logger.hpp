@@ -1,0 +1,46 @@
+#pragma once
+// Rank 0's record of each logged step: a line of metrics.jsonl, TensorBoard scalars and the
+// progress line on stdout (loss, throughput, MFU, waits, memory, the slowest rank, ETA).
+// metrics.jsonl and the event file are opened by the constructor, so a log.dir that cannot be
+// written fails before training; a write that fails later throws from log().
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "engine/config/recipe.hpp"
+#include "engine/metrics/metrics_log.hpp"
+#include "engine/metrics/tensorboard_writer.hpp"
+#include "engine/train/rank_reports.hpp"
+
+namespace loom {
+
+// One logged step. `step` is 0-based; val_loss < 0: not evaluated at this step.
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, val_loss = -1, lr = 0, grad_norm = 0;
+  double step_s = 0, data_wait_s = 0, comm_wait_s = 0;
+  bool skipped = false;
+};
+
+// What the logger derives throughput and the ETA from.
+struct LogRates {
+  double tokens_per_step = 0;     // global batch x seq_len
+  double flops_per_token = 0;     // the model's training FLOPs per token (MFU numerator)
+  double peak_flops_all = 0;      // the backend's peak FLOP/s times the world size (MFU denominator)
+  int64_t start_step = 0;         // steps done before this session
+  int64_t total_steps = 0;        // train.steps
+  std::chrono::steady_clock::time_point started;  // this session's start (ETA)
+};
+
+class StepLogger {
+ public:
+  StepLogger(const LogConfig& log, LogRates rates);
+  void log(const StepRecord& s, const RankHealth& health);
+
+ private:
+  LogRates rates_;
+  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+};
+
+}  // namespace loom

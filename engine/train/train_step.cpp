@@ -1,0 +1,69 @@
+#include "engine/train/train_step.hpp"
+
+#include <cmath>
+
+#include "parallel/pipeline_schedule.hpp"
+
+namespace loom {
+
+TrainStep::TrainStep(Gpt& model, DistributedOptimizer& optim, parallel::ProcessGroups& groups, TraceRecorder& trace,
+                     StepShape shape)
+    : model_(model), optim_(optim), groups_(groups), trace_(trace), s_(shape) {}
+
+StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poison_grads) {
+  const int B = s_.micro_batch, T = s_.seq_len, accum = s_.micro_steps;
+  // Each rank's backward adds 1/(global tokens) per token, so the sum over dp is the gradient of
+  // the mean loss over the global batch.
+  const float dloss = 1.0f / float(size_t(s_.global_batch) * T);
+  const int stage = groups_.coord().pp, stages = groups_.layout().pp;
+  const int slots = parallel::pipeline_in_flight(stage, stages, accum);
+  Gpt& model = model_;
+  model.zero_grads();
+  double loss = 0;
+  // Gradient accumulation communicates nothing until the last micro-batch, whose backward hands
+  // the optimizer each point from which the gradients are final: it launches those buckets' reduction.
+  ModelHooks overlap;
+  overlap.grads_ready_from = [this](size_t offset) { optim_.grads_ready_from(offset); };
+  parallel::StageWork work;
+  work.forward = [&](int i) {
+    TraceRecorder::Span span(&trace_, "forward", "compute", i);
+    const size_t off = size_t(i) * B * T;
+    loss += model.forward(i % slots, batch.tokens.data() + off, batch.targets.data() + off, dloss);
+  };
+  work.backward = [&](int i) {
+    TraceRecorder::Span span(&trace_, "backward", "compute", i);
+    model.set_hooks(i + 1 == accum && s_.overlap_grad_reduce ? overlap : ModelHooks{});
+    model.backward(i % slots);
+  };
+  work.input = [&](int i) { return model.input(i % slots); };
+  work.output = [&](int i) { return model.output(i % slots); };
+  work.output_grad = [&] { return model.output_grad(); };
+  work.input_grad = [&] { return model.input_grad(); };
+  parallel::run_1f1b(groups_.device_pp(), accum, size_t(B) * T * s_.d_model, work);
+  model.set_hooks(ModelHooks{});
+
+  StepResult r;
+  {
+    TraceRecorder::Span span(&trace_, "loss all-reduce", "communication");
+    // The loss lives on the last stage: the sum over the pipeline group gives it to every stage.
+    loss = groups_.pp().sum_ordered(loss);
+  }
+  {
+    TraceRecorder::Span span(&trace_, "gradient reduction wait", "communication");
+    r.comm_wait_s = optim_.reduce_grads();
+  }
+  if (poison_grads) optim_.poison_grads();
+  {
+    TraceRecorder::Span span(&trace_, "gradient norm", "communication");
+    r.grad_norm = optim_.grad_norm();
+    r.loss = groups_.dp().sum_ordered(loss / accum) / groups_.layout().dp;
+  }
+  r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
+  if (!r.skipped) {
+    TraceRecorder::Span span(&trace_, "optimizer", "optimizer");
+    optim_.update(r.grad_norm, lr, t);
+  }
+  return r;
+}
+
+}  // namespace loom

@@ -1,0 +1,47 @@
+#pragma once
+// One training step of one rank: the global batch's micro-batches through this rank's pipeline
+// stage (1F1B), the gradient reduction, the global gradient norm and, when both the loss and
+// the norm are finite, the optimizer update. Everything the step decides is in StepResult; what
+// the run does about it (counting bad steps, stopping, logging) is the loop's business.
+#include <cstdint>
+
+#include "engine/data/data_loader.hpp"
+#include "engine/metrics/trace_recorder.hpp"
+#include "engine/model/gpt.hpp"
+#include "engine/optim/distributed_optimizer.hpp"
+#include "parallel/process_groups.hpp"
+
+namespace loom {
+
+struct StepResult {
+  double loss = 0;         // mean over the global batch, the same on every rank
+  double grad_norm = 0;    // before clipping, the same on every rank
+  double comm_wait_s = 0;  // gradient reduction not hidden behind backward
+  bool skipped = false;    // non-finite loss or norm: no update (the batch is consumed, as in Megatron)
+};
+
+// The shape of a step: what the loop's recipe sections say about it.
+struct StepShape {
+  int micro_batch = 1, seq_len = 1, d_model = 1;
+  int micro_steps = 1;              // gradient accumulation: micro-batches per dp rank per step
+  int64_t global_batch = 1;         // sequences per step over all dp ranks
+  bool overlap_grad_reduce = true;  // parallel.overlap_grad_reduce
+};
+
+class TrainStep {
+ public:
+  TrainStep(Gpt& model, DistributedOptimizer& optim, parallel::ProcessGroups& groups, TraceRecorder& trace,
+            StepShape shape);
+  // Runs step `t` (1-based update count) on `batch` with learning rate `lr`. `poison_grads`
+  // makes the reduced gradient NaN (fault injection for the health guards' tests).
+  StepResult run(const StepBatch& batch, int64_t t, double lr, bool poison_grads = false);
+
+ private:
+  Gpt& model_;
+  DistributedOptimizer& optim_;
+  parallel::ProcessGroups& groups_;
+  TraceRecorder& trace_;
+  StepShape s_;
+};
+
+}  // namespace loom
