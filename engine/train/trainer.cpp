@@ -61,7 +61,9 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   if (backend_->stream()) groups.use_nccl(device_, backend_->stream());
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
-  build_model(hosts);
+  // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
+  // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
+  const std::vector<float> init = build_model(hosts);
   step_ = std::make_unique<TrainStep>(
       *model_, *optim_, groups, trace_,
       StepShape{r_.train.micro_batch, m.seq_len, m.d_model, r_.grad_accum(), r_.global_batch_resolved(),
@@ -95,7 +97,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
 // The model and its optimizer, after saying out of memory before anything large is allocated
 // where the plan can tell. Either may fail on some ranks only (nodes differ): the ranks agree
 // before going on to the collective calls that follow.
-void Trainer::build_model(const std::vector<std::string>& hosts) {
+std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
   const auto& m = r_.model;
   const int tp = r_.parallel.tp, pp = r_.parallel.pp, stage = groups_.coord().pp;
   // The vocabulary is padded to a multiple of 128 * tp: every rank gets an equal, aligned slice.
@@ -107,9 +109,7 @@ void Trainer::build_model(const std::vector<std::string>& hosts) {
   const int slots = parallel::pipeline_in_flight(stage, pp, r_.grad_accum());
   const char* allocating = "the model (parameters, gradients, activations)";
   std::string error;
-  // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
-  // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
-  std::vector<float> init;
+  std::vector<float> init;  // the initial parameters' host copy, returned
   try {
     if (backend_->name() == "cpu")
       check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])));
@@ -135,6 +135,7 @@ void Trainer::build_model(const std::vector<std::string>& hosts) {
     error = e.what();
   }
   if (error = parallel::agree_on_error(error, groups_.world()); !error.empty()) throw std::runtime_error(error);
+  return init;
 }
 
 Trainer::~Trainer() { parallel::Watchdog::stop(); }

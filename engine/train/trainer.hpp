@@ -64,7 +64,7 @@ class Trainer {
   Gpt& model() { return *model_; }
 
  private:
-  void build_model(const std::vector<std::string>& hosts);
+  std::vector<float> build_model(const std::vector<std::string>& hosts);  // returns the initial parameters
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
   bool due(int64_t every, int64_t done, bool last) const { return (every > 0 && done % every == 0) || last; }
   double save_checkpoint(int64_t done, const TrainSummary& summary, int64_t first_bad_step);
