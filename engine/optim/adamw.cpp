@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/optim/owned_pieces.hpp"
+
 namespace loom {
+
+AdamW::AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper)
+    : AdamW(backend, table, hyper, {{0, table.total()}}) {}
 
 AdamW::AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<parallel::Range> owned)
     : be_(backend), table_(table), h_(hyper), owned_(std::move(owned)) {
-  if (owned_.empty()) owned_ = {{0, table.total()}};
   for (const auto& r : owned_) owned_size_ += r.end - r.begin;
   m_ = be_.alloc(std::max<size_t>(owned_size_, 1));
   v_ = be_.alloc(std::max<size_t>(owned_size_, 1));
@@ -19,19 +23,12 @@ AdamW::~AdamW() {
 }
 
 void AdamW::step(float* params, const float* packed_grads, double lr, int64_t t) {
-  size_t packed = 0;  // offset of the current range in the packed buffers
-  for (const parallel::Range& r : owned_) {
-    // The parameters this range overlaps, each with its own weight decay.
-    for (const ParamInfo& p : table_.params()) {
-      const size_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
-      if (lo >= hi) continue;
-      const size_t k = packed + (lo - r.begin);
-      const double wd = p.weight_decay ? h_.weight_decay : 0.0;
-      be_.adamw_update(params + lo, packed_grads + k, m_ + k, v_ + k, hi - lo, float(lr), float(h_.beta1),
-                       float(h_.beta2), float(h_.eps), float(wd), t);
-    }
-    packed += r.end - r.begin;
-  }
+  // Piece by piece, each with its own tensor's weight decay.
+  for_each_owned_piece(owned_, table_, [&](const ParamInfo& p, size_t lo, size_t hi, size_t k) {
+    const double wd = p.weight_decay ? h_.weight_decay : 0.0;
+    be_.adamw_update(params + lo, packed_grads + k, m_ + k, v_ + k, hi - lo, float(lr), float(h_.beta1),
+                     float(h_.beta2), float(h_.eps), float(wd), t);
+  });
 }
 
 void AdamW::export_state(float* full_m, float* full_v) const {

@@ -19,8 +19,10 @@ struct AdamWHyper {
 
 class AdamW {
  public:
-  // `owned` empty means the whole buffer.
-  AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<parallel::Range> owned = {});
+  // The whole buffer.
+  AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper);
+  // Exactly the `owned` ranges (a ZeRO shard; possibly none).
+  AdamW(Backend& backend, const ParamTable& table, AdamWHyper hyper, std::vector<parallel::Range> owned);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/optim/owned_pieces.hpp"
+
 namespace loom {
 
 DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model, parallel::ProcessGroups& groups,
@@ -46,15 +48,9 @@ double DistributedOptimizer::grad_norm() {
   const bool tp_lead = groups_.coord().tp == 0;
   const float* packed = buckets_->owned_grads();
   double local = 0;
-  size_t k = 0;
-  for (const parallel::Range& rg : buckets_->plan().owned) {
-    for (const ParamInfo& p : model_.table->params()) {
-      const size_t lo = std::max(rg.begin, p.offset), hi = std::min(rg.end, p.offset + p.numel);
-      if (lo < hi && !p.tied_copy && (tp_lead || p.split != TpSplit::Replicated))
-        local += be_.sum_squares(packed + k + (lo - rg.begin), hi - lo);
-    }
-    k += rg.size();
-  }
+  for_each_owned_piece(buckets_->plan().owned, *model_.table, [&](const ParamInfo& p, size_t lo, size_t hi, size_t k) {
+    if (!p.tied_copy && (tp_lead || p.split != TpSplit::Replicated)) local += be_.sum_squares(packed + k, hi - lo);
+  });
   if (zero_ >= 1) local = groups_.dp().sum_ordered(local);
   local = groups_.pp().sum_ordered(local);
   return std::sqrt(groups_.tp().sum_ordered(local));
