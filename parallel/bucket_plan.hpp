@@ -3,8 +3,8 @@
 // rank owns under ZeRO. Pure arithmetic (no MPI): parallel/grad_buckets.hpp executes the plan,
 // tests/unit/test_bucket_plan.cpp checks it.
 //
-// Buckets are contiguous ranges of at least `bucket_elems` (at most that, where one readiness
-// segment is larger) cut from the END of the buffer, because backward finishes gradients from
+// Buckets are contiguous ranges of at most `bucket_elems` elements (a bucket closes at the first
+// ready point that makes it full; a segment larger than a bucket is cut) taken from the END of the buffer, because backward finishes gradients from
 // the last layer to the first (the model lays parameters out layer-major). `ready_points` are
 // the offsets backward will report as "every gradient from here on is final": bucket boundaries
 // sit on them, so a bucket never waits for gradients beyond the point that completes it, and the

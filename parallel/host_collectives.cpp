@@ -59,6 +59,8 @@ int64_t broadcast_int(MpiCommunicator& comm, int64_t v, int root) {
   return int64_t(x);
 }
 
+void barrier_unwatched(MpiCommunicator& comm) { check(MPI_Barrier(comm.comm()), "MPI_Barrier"); }
+
 int all_reduce_min(MpiCommunicator& comm, int v) {
   check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, comm.comm()), "MPI_Allreduce");
   return v;

@@ -28,6 +28,9 @@ int64_t broadcast_int(MpiCommunicator& comm, int64_t v, int root = 0);
 
 // The smallest of the members' `v`.
 int all_reduce_min(MpiCommunicator& comm, int v);
+// Waits for every member (unwatched, unlike MpiCommunicator::barrier: the others may wait long
+// for rank 0 here).
+void barrier_unwatched(MpiCommunicator& comm);
 // True if `v` is true on every member.
 inline bool all_true(MpiCommunicator& comm, bool v) { return all_reduce_min(comm, v ? 1 : 0) != 0; }
 

@@ -17,10 +17,6 @@ int launcher_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_
 
 int launcher_size() { return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1); }
 
-int launcher_local_rank() {
-  return env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}, 0);
-}
-
 double mpirun_kill_grace_s() {
   if (!std::getenv("OMPI_MCA_orte_hnp_uri")) return -1;
   const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");

@@ -10,9 +10,6 @@ namespace loom::parallel {
 int launcher_rank();
 // The job's size, or 1.
 int launcher_size();
-// This process's rank among the job's processes on this node (Open MPI, Slurm, Hydra, or a
-// LOCAL_RANK variable), or 0.
-int launcher_local_rank();
 
 // Seconds between the SIGTERM that Open MPI's mpirun sends its ranks (on its own SIGTERM or
 // Ctrl-C) and its SIGKILL: the MCA parameter odls_base_sigkill_timeout, which mpirun passes to

@@ -115,6 +115,16 @@ int Watchdog::register_channel(const char* group, const std::vector<int>& member
     c.members = members;
     c.entered.store(0);
     c.used.store(true);
+    // A stuck-rank report carries kAnswerChannels channels per rank: say so once if there are
+    // more, rather than leave a report silently short.
+    int used = 0;
+    for (const Channel& k : s.channels) used += k.used.load() ? 1 : 0;
+    static bool warned = false;
+    if (used > kAnswerChannels && !warned) {
+      warned = true;
+      std::fprintf(stderr, "loom: warning: %d watched communicators; a watchdog report names the calls of the first %d "
+                           "only\n", used, kAnswerChannels);
+    }
     return i;
   }
   return -1;

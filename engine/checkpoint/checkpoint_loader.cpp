@@ -157,7 +157,7 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
     if (h.contains("first_bad_step") && h["first_bad_step"].is_number_integer())
       at.health.first_bad_step = h["first_bad_step"].get<int64_t>();
   }
-  world.barrier();  // the time below is the slowest rank's
+  parallel::barrier_unwatched(world);  // the time below is the slowest rank's
   if (rank0) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double bytes = double(fs::file_size(fs::path(dir) / kCheckpointFile));

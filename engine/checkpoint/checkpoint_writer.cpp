@@ -146,7 +146,7 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
   } catch (const std::exception& e) {
     error = e.what();
   }
-  world.barrier();  // every rank has closed the file
+  parallel::barrier_unwatched(world);  // every rank has closed the file
   if (rank == 0 && error.empty()) {
     try {
       const std::string file = (partial / kCheckpointFile).string();

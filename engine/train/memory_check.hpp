@@ -16,7 +16,8 @@ double predicted_rank_mb(const Recipe& r);
 // change. No-op where either figure is unknown.
 void check_host_memory_fits(const Recipe& r, int ranks_on_node);
 
-// For a std::bad_alloc caught while allocating `what` ("the model", "the optimizer state").
+// For a std::bad_alloc caught while allocating `what` ("the model (parameters, ...)", "the
+// optimizer (gradient reduction buffers and state)").
 std::string allocation_failure_message(const Recipe& r, const std::string& what, int rank);
 
 }  // namespace loom

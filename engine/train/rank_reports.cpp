@@ -19,9 +19,13 @@ std::vector<std::string> gather_hostnames(parallel::ProcessGroups& groups) {
   return parallel::all_gather_strings(groups.world(), host);
 }
 
-RankReports::RankReports(parallel::ProcessGroups& groups, const std::string& gpu_pci_bus_id)
+RankReports::RankReports(parallel::ProcessGroups& groups, bool gpu, const std::string& gpu_pci_bus_id)
     : groups_(groups), rank_(groups.world_rank()), world_(groups.layout().world()) {
-  if (gpu_pci_bus_id.empty()) return;
+  if (!gpu) return;
+  if (gpu_pci_bus_id.empty()) {
+    if (rank_ == 0) std::fprintf(stderr, "loom: no GPU health metrics: the backend reports no PCI bus id\n");
+    return;
+  }
   nvml_ = std::make_unique<NvmlProbe>(gpu_pci_bus_id);
   if (!nvml_->available() && rank_ == 0)
     std::fprintf(stderr, "loom: no GPU health metrics: %s\n", nvml_->why_not().c_str());

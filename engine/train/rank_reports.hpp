@@ -28,9 +28,9 @@ std::vector<std::string> gather_hostnames(parallel::ProcessGroups& groups);
 
 class RankReports {
  public:
-  // `gpu_pci_bus_id` not empty: read that GPU's health through NVML (the device the backend
+  // `gpu`: read the health of the GPU at `gpu_pci_bus_id` through NVML (the device the backend
   // drives, Backend::device_pci_bus_id()).
-  RankReports(parallel::ProcessGroups& groups, const std::string& gpu_pci_bus_id);
+  RankReports(parallel::ProcessGroups& groups, bool gpu, const std::string& gpu_pci_bus_id);
   ~RankReports();
 
   // Step time, host memory and GPU health of every rank, gathered to all: the slowest rank and

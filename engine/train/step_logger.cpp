@@ -7,9 +7,12 @@
 
 namespace loom {
 
-StepLogger::StepLogger(const LogConfig& log, LogRates rates) : rates_(rates) {
+StepLogger::StepLogger(const LogConfig& log, LogRates rates) : log_(log), rates_(rates) {
   metrics_ = std::make_unique<MetricsLog>(log.dir, rates_.start_step);
-  if (log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(log.dir, rates_.start_step);
+}
+
+void StepLogger::start_tensorboard() {
+  if (log_.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(log_.dir, rates_.start_step);
 }
 
 void StepLogger::log(const StepRecord& s, const RankHealth& h) {

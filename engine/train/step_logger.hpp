@@ -1,8 +1,9 @@
 #pragma once
 // Rank 0's record of each logged step: a line of metrics.jsonl, TensorBoard scalars and the
 // progress line on stdout (loss, throughput, MFU, waits, memory, the slowest rank, ETA).
-// metrics.jsonl and the event file are opened by the constructor, so a log.dir that cannot be
-// written fails before training; a write that fails later throws from log().
+// metrics.jsonl is opened by the constructor (which takes log.dir's lock) and the event file by
+// start_tensorboard(), so a log.dir that cannot be written fails before training; a write that
+// fails later throws from log().
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -35,9 +36,12 @@ struct LogRates {
 class StepLogger {
  public:
   StepLogger(const LogConfig& log, LogRates rates);
+  // Opens the TensorBoard event file (with log.tensorboard): after run.json has the session.
+  void start_tensorboard();
   void log(const StepRecord& s, const RankHealth& health);
 
  private:
+  const LogConfig& log_;
   LogRates rates_;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

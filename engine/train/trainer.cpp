@@ -90,8 +90,9 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
         r_.log, LogRates{tokens, model_->shape().flops_per_token(), peak_flops_ * groups.layout().world(),
                          resumed_.steps_done, r_.train.steps, started_});
     start_run_record(command, hosts);
+    logger_->start_tensorboard();
   }
-  reports_ = std::make_unique<RankReports>(groups, backend_->device_pci_bus_id());
+  reports_ = std::make_unique<RankReports>(groups, backend_->name() == "cuda", backend_->device_pci_bus_id());
 }
 
 // The model and its optimizer, after saying out of memory before anything large is allocated
