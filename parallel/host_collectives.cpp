@@ -1,23 +1,15 @@
 #include "parallel/host_collectives.hpp"
 
+#include "parallel/mpi_check.hpp"
+
 #include <climits>
 #include <stdexcept>
 
 namespace loom::parallel {
 namespace {
 
-void check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  throw std::runtime_error(std::string(what) + " failed: " + std::string(msg, size_t(len)));
-}
-
-int as_int(size_t n) {
-  if (n > size_t(INT_MAX)) throw std::runtime_error("MPI message of " + std::to_string(n) + " bytes exceeds INT_MAX");
-  return int(n);
-}
+void check(int rc, const char* what) { mpi_check(rc, what); }
+int as_int(size_t n) { return mpi_count(n, "bytes"); }
 
 // Rank order displacements of `counts`; returns their sum.
 size_t displacements(const std::vector<int>& counts, std::vector<int>& displs) {

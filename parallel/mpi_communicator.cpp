@@ -1,5 +1,7 @@
 #include "parallel/mpi_communicator.hpp"
 
+#include "parallel/mpi_check.hpp"
+
 #include "parallel/watchdog.hpp"
 
 #include <climits>
@@ -10,19 +12,8 @@
 namespace loom::parallel {
 namespace {
 
-void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw std::runtime_error(std::string(what) + " failed: " + std::string(msg, size_t(len)));
-  }
-}
-
-int as_int(size_t n) {
-  if (n > size_t(INT_MAX)) throw std::runtime_error("MPI message of " + std::to_string(n) + " elements exceeds INT_MAX");
-  return int(n);
-}
+void check(int rc, const char* what) { mpi_check(rc, what); }
+int as_int(size_t n) { return mpi_count(n, "elements"); }
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 

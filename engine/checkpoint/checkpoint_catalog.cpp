@@ -8,6 +8,17 @@
 #include <set>
 
 namespace loom {
+
+ManifestHealth manifest_health(const nlohmann::json& manifest) {
+  ManifestHealth out;
+  if (!manifest.contains("health")) return out;
+  const auto& h = manifest["health"];
+  out.clean = h.value("clean", true);
+  if (h.contains("loss") && h["loss"].is_number()) out.loss = h["loss"].get<double>();
+  if (h.contains("first_bad_step") && h["first_bad_step"].is_number_integer())
+    out.first_bad_step = h["first_bad_step"].get<int64_t>();
+  return out;
+}
 namespace fs = std::filesystem;
 
 bool parse_checkpoint_name(const std::string& name, int64_t* step) {
@@ -59,12 +70,9 @@ CheckpointCatalog scan_checkpoints(const std::string& dir) {
     try {
       const nlohmann::json man = nlohmann::json::parse(std::ifstream(man_path));
       entry.step = man.at("step").get<int64_t>();
-      if (man.contains("health")) {
-        const auto& h = man["health"];
-        entry.clean = h.value("clean", true);
-        if (h.contains("first_bad_step") && h["first_bad_step"].is_number_integer())
-          entry.first_bad_step = h["first_bad_step"].get<int64_t>();
-      }
+      const ManifestHealth h = manifest_health(man);
+      entry.clean = h.clean;
+      entry.first_bad_step = h.first_bad_step;
     } catch (const std::exception& ex) {
       c.ignored.push_back(path + ": manifest.json is unreadable (" + ex.what() + "): not used, not deleted");
       continue;

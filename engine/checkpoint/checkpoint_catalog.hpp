@@ -13,7 +13,17 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace loom {
+
+// A manifest's health section (absent in checkpoints of older Loom versions: taken as clean).
+struct ManifestHealth {
+  bool clean = true;
+  double loss = 0;              // the last step's loss (0 if not recorded or not finite)
+  int64_t first_bad_step = -1;  // the first non-finite or diverged step (1-based), -1 if none
+};
+ManifestHealth manifest_health(const nlohmann::json& manifest);
 
 struct CheckpointEntry {
   std::string path;

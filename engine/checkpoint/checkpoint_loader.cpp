@@ -150,13 +150,10 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   if (at.data.seed_recorded) at.data.seed = loader["seed"].get<uint64_t>();
   at.data.global_batch = loader.value("global_batch", int64_t(-1));
   at.data.samples_per_epoch = loader.value("samples_per_epoch", int64_t(-1));
-  if (man.contains("health")) {
-    const auto& h = man["health"];
-    at.clean = h.value("clean", true);
-    if (h.contains("loss") && h["loss"].is_number()) at.health.loss = h["loss"].get<double>();
-    if (h.contains("first_bad_step") && h["first_bad_step"].is_number_integer())
-      at.health.first_bad_step = h["first_bad_step"].get<int64_t>();
-  }
+  const ManifestHealth h = manifest_health(man);
+  at.clean = h.clean;
+  at.health.loss = h.loss;
+  at.health.first_bad_step = h.first_bad_step;
   parallel::barrier_unwatched(world);  // the time below is the slowest rank's
   if (rank0) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

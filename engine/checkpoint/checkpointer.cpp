@@ -98,10 +98,8 @@ double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, con
   snap->params.resize(n);
   snap->m.resize(n);
   snap->v.resize(n);
-  std::fill(snap->m.data(), snap->m.data() + n, 0.0f);  // the optimizer fills what it holds
-  std::fill(snap->v.data(), snap->v.data() + n, 0.0f);
   model_.get_params(snap->params.data());
-  optim_.export_moments(snap->m.data(), snap->v.data());  // ZeRO-1: every dp rank gets the whole slice
+  optim_.export_moments(snap->m.data(), snap->v.data());  // every element (ZeRO-1: gathered over dp)
   if (cfg_.async) {
     in_flight_ = snap;
     writer_ = std::thread([this, snap] {

@@ -39,10 +39,4 @@ struct PlanArgs {
 // Exit status 0; 3 if the recipe's layout does not fit in memory; 2 on bad input.
 int cmd_plan(const PlanArgs& a);
 
-// This process's rank as the launcher (mpirun, srun) announces it before MPI starts, so that
-// argument errors are printed by one rank only. 0 when not launched by one.
-int launcher_rank();
-// The world size the launcher announces, or 1.
-int launcher_size();
-
 }  // namespace loom::cli

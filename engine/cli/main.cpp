@@ -5,6 +5,7 @@
 
 #include "engine/cli/commands.hpp"
 #include "kernels/backend_factory.hpp"
+#include "parallel/launcher_env.hpp"
 #include "loom_version.hpp"
 
 int main(int argc, char** argv) {
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   add_recipe(train, train_args);
   CLI::App* config = app.add_subcommand("config", "print the fully resolved recipe, defaults filled in, as YAML");
   add_recipe(config, config_args);
-  int world = launcher_size();
+  int world = loom::parallel::launcher_size();
   config->add_option("--world", world, "number of ranks to resolve parallel.dp=auto for")->capture_default_str();
   bool keys = false;
   config->add_flag("--keys", keys, "print every recipe key with its type, default and meaning instead");
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    if (launcher_rank() == 0) app.exit(e);
+    if (loom::parallel::launcher_rank() == 0) app.exit(e);
     return 2;
   }
 

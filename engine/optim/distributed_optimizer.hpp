@@ -69,9 +69,10 @@ class DistributedOptimizer {
   // rate `lr` (t: the 1-based update count) and gives every dp rank the updated parameters.
   void update(double grad_norm, double lr, int64_t t);
 
-  // Checkpoints. Collective over dp: full_m and full_v (host, table.total() floats each) get this
-  // rank's moments at their flat positions, and at zero 1 every other dp rank's too, so every dp
-  // rank holds the moments of its whole (tp, pp) slice.
+  // Checkpoints. Collective over dp: every element of full_m and full_v (host, table.total()
+  // floats each) is written: this rank's moments at their flat positions and, at zero 1, every
+  // other dp rank's (the ownership ranges of all dp ranks tile the buffer), so every dp rank holds
+  // the moments of its whole (tp, pp) slice.
   void export_moments(float* full_m, float* full_v);
   // Sets flat elements [begin, begin + n) of moment `which` (0: m, 1: v) from host `part`, where
   // this rank owns them (a checkpoint loads tensor by tensor).

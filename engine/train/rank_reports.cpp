@@ -96,17 +96,26 @@ void RankReports::report_memory(const Gpt& model, const DistributedOptimizer& op
   }
 }
 
-void RankReports::check_replicas(const Gpt& model) {
-  const int tp = groups_.layout().tp;
-  if (tp == 1) return;
+namespace {
+
+// Whether every member of `group` holds the same bits in the parameters `which` selects: their
+// CRC-32C, compared through a rank-ordered sum (the sum of `size` equal values). Collective.
+template <typename Which>
+bool same_on_every_member(parallel::MpiCommunicator& group, const Gpt& model, Which which) {
   std::vector<float> host(model.num_params());
   model.get_params(host.data());
   uint32_t crc = 0;
   for (const ParamInfo& p : model.table().params())
-    if (p.split == TpSplit::Replicated) crc = crc32c(host.data() + p.offset, p.numel * sizeof(float), crc);
+    if (which(p)) crc = crc32c(host.data() + p.offset, p.numel * sizeof(float), crc);
   const double mine = double(crc);
-  const double sum = groups_.tp().sum_ordered(mine);
-  if (sum != mine * tp)
+  return group.sum_ordered(mine) == mine * group.size();
+}
+
+}  // namespace
+
+void RankReports::check_replicas(const Gpt& model) {
+  if (groups_.layout().tp == 1) return;
+  if (!same_on_every_member(groups_.tp(), model, [](const ParamInfo& p) { return p.split == TpSplit::Replicated; }))
     throw std::runtime_error("replicated parameters (LayerNorms, wpe, row-parallel biases) differ across the "
                              "tensor-parallel group of rank " + std::to_string(rank_));
   if (rank_ == 0) std::printf("loom: replicated parameters identical on every tensor-parallel rank\n");
@@ -115,13 +124,7 @@ void RankReports::check_replicas(const Gpt& model) {
 void RankReports::check_tied_embeddings(const Gpt& model) {
   parallel::MpiCommunicator* emb = groups_.embedding();
   if (!emb) return;
-  std::vector<float> host(model.num_params());
-  model.get_params(host.data());
-  uint32_t crc = 0;
-  for (const ParamInfo& p : model.table().params())
-    if (p.tied) crc = crc32c(host.data() + p.offset, p.numel * sizeof(float), crc);
-  const double mine = double(crc);
-  if (emb->sum_ordered(mine) != 2 * mine)
+  if (!same_on_every_member(*emb, model, [](const ParamInfo& p) { return p.tied; }))
     throw std::runtime_error("the tied embedding copies of the first and last pipeline stages differ (rank " +
                              std::to_string(rank_) + ")");
   const auto c = groups_.coord();

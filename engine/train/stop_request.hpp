@@ -20,8 +20,6 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "parallel/launcher_env.hpp"
-
 namespace loom {
 
 constexpr int kExitResumable = 75;  // sysexits' EX_TEMPFAIL: "try again later"
@@ -64,10 +62,5 @@ inline const char* stop_signal_name() {
     default: return "received by another rank";
   }
 }
-
-// Seconds between the SIGTERM that mpirun sends its ranks (on its own SIGTERM or Ctrl-C) and its
-// SIGKILL; -1 when not launched by mpirun (srun: Slurm's KillWait). parallel/launcher_env.hpp
-// reads it from the launcher's environment.
-inline double mpirun_kill_grace_s() { return parallel::mpirun_kill_grace_s(); }
 
 }  // namespace loom

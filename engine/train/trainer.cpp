@@ -16,6 +16,7 @@
 #include "engine/util/job_error.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/host_collectives.hpp"
+#include "parallel/launcher_env.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/watchdog.hpp"
 
@@ -49,8 +50,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
                              ": only fp32 is implemented so far (bf16/fp16 with fp32 master weights come with the GPU "
                              "training work); use train.precision=fp32");
   // One device per rank, from its rank on the node: the backend, NCCL and NVML all use this one.
-  if (r_.train.backend == "cuda") device_ = cuda_device_for_local_rank(groups.local_rank());
-  backend_ = make_backend(r_.train.backend, std::max(device_, 0));
+  const int device = r_.train.backend == "cuda" ? cuda_device_for_local_rank(groups.local_rank()) : 0;
+  backend_ = make_backend(r_.train.backend, device);
   if (const char* prof = std::getenv("LOOM_PROFILE_OPS"); prof && std::string(prof) == "1") {
     auto timer = std::make_unique<OpTimer>(std::move(backend_));
     op_timer_ = timer.get();
@@ -58,7 +59,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   }
   // Device buffers (CUDA) travel over NCCL communicators ordered after the backend's stream;
   // host buffers (CPU) over MPI. Host scalars (losses, norms) always over MPI.
-  if (backend_->stream()) groups.use_nccl(device_, backend_->stream());
+  if (backend_->stream()) groups.use_nccl(device, backend_->stream());
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
   // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
@@ -173,7 +174,7 @@ void Trainer::print_header() const {
               peak_flops_ / 1e9, optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
   // mpirun gives the ranks only odls_base_sigkill_timeout (Open MPI's default) after it receives
   // SIGTERM or Ctrl-C: too little to finish a step and save. Said once, with what works.
-  if (const double grace = mpirun_kill_grace_s(); !r_.checkpoint.dir.empty() && grace >= 0 && grace < 60)
+  if (const double grace = parallel::mpirun_kill_grace_s(); !r_.checkpoint.dir.empty() && grace >= 0 && grace < 60)
     std::printf("loom: note: SIGTERM or Ctrl-C to mpirun gives the ranks %.0f s before it kills them "
                 "(odls_base_sigkill_timeout), too little to finish a step and save; to stop with a checkpoint, send "
                 "SIGUSR1 to mpirun (kill -USR1 PID): the job saves at the end of the step and exits 75 "
@@ -191,7 +192,7 @@ TrainSummary Trainer::run() {
   double max_save_s = 0;  // the longest save so far: the room train.max_minutes leaves for the last one
   // From here every blocking communication call is watched (parallel.timeout_s).
   parallel::Watchdog::start(r_.parallel.timeout_s, rank_);
-  const int64_t start = resumed_.steps_done, trace_from = start + 1, trace_to = trace_from + r_.log.trace_steps;
+  const int64_t start = resumed_.steps_done, trace_from = start + 1, trace_to = trace_end();
   for (int64_t step = start; step < r_.train.steps; ++step) {
     parallel::Watchdog::set_step(step);
     trace_.set_enabled(r_.log.trace && step >= trace_from && step < trace_to);
@@ -293,8 +294,7 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
                                                  std::to_string(summary.steps) + " was saved first)"));
   }
   parallel::Watchdog::set_step(-1);
-  const int64_t trace_to = resumed_.steps_done + 1 + r_.log.trace_steps;
-  if (r_.log.trace && !trace_.empty() && summary.steps < trace_to) write_trace();  // a run shorter than the window
+  if (r_.log.trace && !trace_.empty() && summary.steps < trace_end()) write_trace();  // a run shorter than the window
   checkpointer_->wait();  // an async save must be complete before the run ends
   reports_->check_replicas(*model_);
   reports_->check_tied_embeddings(*model_);

@@ -72,11 +72,12 @@ class Trainer {
   void finish_run(TrainSummary& summary, double timed_s);
   void print_header() const;
   void write_trace();
+  // log.trace records steps [resumed + 1, trace_end()) of the session (the first warms up).
+  int64_t trace_end() const { return resumed_.steps_done + 1 + r_.log.trace_steps; }
 
   Recipe r_;
   parallel::ProcessGroups& groups_;
   int rank_;
-  int device_ = -1;  // the GPU this rank drives (CUDA backend), -1 on the CPU
   std::unique_ptr<Backend> backend_;
   OpTimer* op_timer_ = nullptr;  // set when LOOM_PROFILE_OPS=1 wraps the backend
   LoaderLayout layout_;

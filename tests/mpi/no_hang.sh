@@ -15,12 +15,18 @@ timeout_s=10
 args=(--set parallel.tp=2 --set train.steps=2000 --set log.every=1 --set log.eval_every=0 --set parallel.timeout_s=$timeout_s)
 ranks_of() { for p in $(pgrep -f -- "log.dir=$1" || true); do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ] && echo "$p"; done; }
 
+# Starts 4 ranks in the background with log.dir $WORK/TAG (output in $WORK/TAG.out, mpirun's pid
+# in $job) and waits for the first step; WHAT names the case in a failure.
+start_job() {  # TAG WHAT
+  "$MPIEXEC" --oversubscribe --bind-to none -np 4 "$LOOM" train configs/tiny.yaml "${args[@]}" --set log.dir="$WORK/$1" \
+    > "$WORK/$1.out" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do grep -q "^step .*/2000" "$WORK/$1.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "^step" "$WORK/$1.out" || { cat "$WORK/$1.out"; fail "$2: training never started"; }
+}
+
 # 1. kill -9 of one rank.
-"$MPIEXEC" --oversubscribe --bind-to none -np 4 "$LOOM" train configs/tiny.yaml "${args[@]}" --set log.dir="$WORK/k" \
-  > "$WORK/k.out" 2>&1 &
-job=$!
-for _ in $(seq 600); do grep -q "^step .*/2000" "$WORK/k.out" 2>/dev/null && break; sleep 0.1; done
-grep -q "^step" "$WORK/k.out" || { cat "$WORK/k.out"; fail "kill: training never started"; }
+start_job k kill
 pids=$(ranks_of "$WORK/k")
 [ "$(echo "$pids" | wc -l)" = 4 ] || fail "kill: expected 4 rank processes, found: $pids"
 victim=$(echo "$pids" | sed -n 3p)
@@ -64,11 +70,7 @@ left=$(ranks_of "$WORK/s")
 echo "stuck rank: job ended in ${elapsed}s, status $rc: $(head -1 "$WORK/s.msgs")"
 
 # 3. one rank's process stopped: it answers nothing, and is named as such.
-"$MPIEXEC" --oversubscribe --bind-to none -np 4 "$LOOM" train configs/tiny.yaml "${args[@]}" --set log.dir="$WORK/t" \
-  > "$WORK/t.out" 2>&1 &
-job=$!
-for _ in $(seq 600); do grep -q "^step .*/2000" "$WORK/t.out" 2>/dev/null && break; sleep 0.1; done
-grep -q "^step" "$WORK/t.out" || { cat "$WORK/t.out"; fail "stop: training never started"; }
+start_job t stop
 pids=$(ranks_of "$WORK/t")
 # The rank with OMPI_COMM_WORLD_RANK=1.
 victim=""
