@@ -1,7 +1,7 @@
 #pragma once
 // The compute backend interface. The model in engine/ is written once against these ops; the
 // CPU reference (kernels/cpu) and the CUDA backend (kernels/cuda) implement them. Nothing here
-// knows about MPI or about the model's structure: ops see pointers and sizes.
+// knows about MPI or about the model's structure: ops see typed pointers and sizes.
 //
 // The ops, their contracts and the conventions all backends share (layouts, accumulated versus
 // overwritten gradients, dimension letters) are listed once, in kernels/backend_ops.def; this
@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "kernels/dtype.hpp"
+
 namespace loom {
 
 class Backend {
@@ -21,13 +23,21 @@ class Backend {
   // Peak FLOP/s the backend can sustain on dense matmuls: the MFU denominator.
   virtual double peak_flops() = 0;
 
-  // ---- memory ----
-  virtual float* alloc(size_t n) = 0;        // n floats, zero-filled
-  virtual int32_t* alloc_i32(size_t n) = 0;  // n ints, zero-filled
+  // ---- memory (bytes; the typed helpers below are written in terms of these) ----
+  virtual void* alloc_bytes(size_t bytes) = 0;  // zero-filled
   virtual void release(void* p) = 0;
-  virtual void upload(float* dst, const float* host_src, size_t n) = 0;
-  virtual void upload_i32(int32_t* dst, const int32_t* host_src, size_t n) = 0;
-  virtual void download(float* host_dst, const float* src, size_t n) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+
+  // n elements of `dtype`, zero-filled.
+  TypedPtr alloc(DType dtype, size_t n) { return {alloc_bytes(n * dtype_size(dtype)), dtype}; }
+  float* alloc(size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
+  int32_t* alloc_i32(size_t n) { return static_cast<int32_t*>(alloc_bytes(n * sizeof(int32_t))); }
+  void upload(float* dst, const float* host_src, size_t n) { copy_from_host(dst, host_src, n * sizeof(float)); }
+  void upload_i32(int32_t* dst, const int32_t* host_src, size_t n) {
+    copy_from_host(dst, host_src, n * sizeof(int32_t));
+  }
+  void download(float* host_dst, const float* src, size_t n) { copy_to_host(host_dst, src, n * sizeof(float)); }
   virtual void synchronize() {}
   // The stream the ops run on (a cudaStream_t on CUDA; null on the CPU): device-buffer
   // communicators order their work after it.
@@ -36,13 +46,13 @@ class Backend {
   // same GPU by it, whatever CUDA_VISIBLE_DEVICES renumbered.
   virtual std::string device_pci_bus_id() const { return ""; }
 
-  // Size of attention_forward's `saved` (what attention_backward needs), in floats: backend-specific.
-  virtual size_t attention_saved_floats(int B, int T, int NH) const = 0;
+  // Size of attention_forward's `saved` (what attention_backward needs) in bytes, for the compute
+  // dtype `dtype`: backend-specific.
+  virtual size_t attention_saved_bytes(int B, int T, int NH, DType dtype) const = 0;
 
   // ---- the ops (zero, forward and backward ops, optimizer, reductions): kernels/backend_ops.def ----
-  // The scalar of the ops' tensors (the list is written in terms of it).
-  using Real = float;
 #define LOOM_OP(RET, NAME, PARAMS, ARGS) virtual RET NAME PARAMS = 0;
+#include "kernels/backend_op_types.inc"
 #include "kernels/backend_ops.def"
 };
 

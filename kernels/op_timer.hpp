@@ -21,21 +21,20 @@ class OpTimer final : public Backend {
 
   std::string name() const override { return in_->name(); }
   double peak_flops() override { return in_->peak_flops(); }
-  float* alloc(size_t n) override { return in_->alloc(n); }
-  int32_t* alloc_i32(size_t n) override { return in_->alloc_i32(n); }
+  void* alloc_bytes(size_t bytes) override { return in_->alloc_bytes(bytes); }
   void release(void* p) override { in_->release(p); }
-  void upload(float* d, const float* s, size_t n) override { in_->upload(d, s, n); }
-  void upload_i32(int32_t* d, const int32_t* s, size_t n) override { in_->upload_i32(d, s, n); }
-  void download(float* d, const float* s, size_t n) override { in_->download(d, s, n); }
+  void copy_from_host(void* d, const void* s, size_t bytes) override { in_->copy_from_host(d, s, bytes); }
+  void copy_to_host(void* d, const void* s, size_t bytes) override { in_->copy_to_host(d, s, bytes); }
   void synchronize() override { in_->synchronize(); }
   void* stream() override { return in_->stream(); }
   std::string device_pci_bus_id() const override { return in_->device_pci_bus_id(); }
-  size_t attention_saved_floats(int B, int T, int NH) const override {
-    return in_->attention_saved_floats(B, T, NH);
+  size_t attention_saved_bytes(int B, int T, int NH, DType dtype) const override {
+    return in_->attention_saved_bytes(B, T, NH, dtype);
   }
   // Every op of kernels/backend_ops.def, timed under its name.
 #define LOOM_OP(RET, NAME, PARAMS, ARGS) \
   RET NAME PARAMS override { return time(#NAME, [&] { return in_->NAME ARGS; }); }
+#include "kernels/backend_op_types.inc"
 #include "kernels/backend_ops.def"
 
  private:

@@ -104,7 +104,7 @@ float* Gpt::output_grad() { return dout_; }
 const float* Gpt::input_grad() { return dresidual_; }
 
 size_t Gpt::attention_saved_floats() const {
-  return be_.attention_saved_floats(B_, shape_.seq_len, shape_.n_head / tp_.size);
+  return be_.attention_saved_bytes(B_, shape_.seq_len, shape_.n_head / tp_.size, DType::f32) / sizeof(float);
 }
 
 // Every buffer of one block but its output res3 (att only if `with_att`).

@@ -6,7 +6,7 @@
 namespace loom::cpu {
 
 template <typename T>
-void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps, T weight_decay,
+void adamw_update(acc_t<T>* param, const acc_t<T>* grad, acc_t<T>* m, acc_t<T>* v, size_t n, acc_t<T> lr, acc_t<T> beta1, acc_t<T> beta2, acc_t<T> eps, acc_t<T> weight_decay,
                   int64_t t) {
   const T bc1 = T(1) - static_cast<T>(std::pow(double(beta1), double(t)));
   const T bc2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(double(beta2), double(t))));

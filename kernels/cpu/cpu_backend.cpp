@@ -1,5 +1,6 @@
-// The CPU reference backend: host memory, the templated ops of cpu_ops.hpp at float (one per
-// entry of kernels/backend_ops.def), and a measured sgemm rate as the MFU denominator.
+// The CPU reference backend: host memory, the templated ops of cpu_ops.hpp (one per entry of
+// kernels/backend_ops.def) at the dtype of each call's tensors, and a measured gemm rate as the
+// MFU denominator.
 #include <omp.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/eigen_maps.hpp"
+#include "kernels/typed_dispatch.hpp"
 
 namespace loom {
 namespace {
@@ -36,24 +38,31 @@ class CpuBackend final : public Backend {
     return peak_;
   }
 
-  float* alloc(size_t n) override { return static_cast<float*>(aligned_zeroed(n * sizeof(float))); }
-  int32_t* alloc_i32(size_t n) override { return static_cast<int32_t*>(aligned_zeroed(n * sizeof(int32_t))); }
+  void* alloc_bytes(size_t bytes) override { return aligned_zeroed(bytes); }
   void release(void* p) override { std::free(p); }
-  void upload(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
-  void upload_i32(int32_t* dst, const int32_t* src, size_t n) override {
-    std::memcpy(dst, src, n * sizeof(int32_t));
-  }
-  void download(float* dst, const float* src, size_t n) override { std::memcpy(dst, src, n * sizeof(float)); }
-  size_t attention_saved_floats(int B, int T, int NH) const override {
-    return static_cast<size_t>(B) * NH * T * T;  // the softmax probabilities
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  size_t attention_saved_bytes(int B, int T, int NH, DType dtype) const override {
+    return static_cast<size_t>(B) * NH * T * T * dtype_size(dtype);  // the softmax probabilities
   }
 
-  // Every op of kernels/backend_ops.def: the reference op of the same name at float.
-#define LOOM_OP(RET, NAME, PARAMS, ARGS) \
-  RET NAME PARAMS override { return cpu::NAME<Real> ARGS; }
+  // Every op of kernels/backend_ops.def: the reference op of the same name at the dtype of the
+  // call's typed tensors (typed_dispatch.hpp), each typed pointer checked against it.
+#define LOOM_OP(RET, NAME, PARAMS, ARGS)                                                   \
+  RET NAME PARAMS override {                                                             \
+    return typed::dispatch(#NAME, typed::call_dtype ARGS, [&](auto tag) -> RET {             \
+      using Storage = typename decltype(tag)::type; /* not T: an op parameter is T */    \
+      return call_unwrapped(&cpu::NAME<Storage>, LOOM_TYPED_UNPAREN ARGS);               \
+    });                                                                                  \
+  }
+#include "kernels/backend_op_types.inc"
 #include "kernels/backend_ops.def"
 
  private:
+  template <typename Fn, typename... A>
+  static decltype(auto) call_unwrapped(Fn* fn, A&&... args) {
+    return fn(typed::unwrap(std::forward<A>(args))...);
+  }
   double peak_ = 0;
 };
 

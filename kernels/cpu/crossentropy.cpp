@@ -8,7 +8,7 @@
 namespace loom::cpu {
 
 template <typename T>
-void softmax_crossentropy(T* losses, T* logits, const int32_t* targets, int N, int V, int Vp, T dloss,
+void softmax_crossentropy(acc_t<T>* losses, T* logits, const int32_t* targets, int N, int V, int Vp, acc_t<T> dloss,
                           bool write_grad) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
@@ -29,7 +29,7 @@ void softmax_crossentropy(T* losses, T* logits, const int32_t* targets, int N, i
 }
 
 template <typename T>
-void crossentropy_max(T* maxes, const T* logits, int N, int Vl, int v_real) {
+void crossentropy_max(acc_t<T>* maxes, const T* logits, int N, int Vl, int v_real) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
     const T* row = logits + static_cast<size_t>(i) * Vl;
@@ -40,7 +40,7 @@ void crossentropy_max(T* maxes, const T* logits, int N, int Vl, int v_real) {
 }
 
 template <typename T>
-void crossentropy_partials(T* partials, const T* logits, const T* maxes, const int32_t* targets, int N, int Vl,
+void crossentropy_partials(acc_t<T>* partials, const T* logits, const acc_t<T>* maxes, const int32_t* targets, int N, int Vl,
                            int v_real, int vocab_start) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
@@ -54,8 +54,8 @@ void crossentropy_partials(T* partials, const T* logits, const T* maxes, const i
 }
 
 template <typename T>
-void crossentropy_finish(T* losses, T* logits, const T* maxes, const T* partials, const int32_t* targets, int N,
-                         int Vl, int v_real, int vocab_start, T dloss, bool write_grad) {
+void crossentropy_finish(acc_t<T>* losses, T* logits, const acc_t<T>* maxes, const acc_t<T>* partials, const int32_t* targets, int N,
+                         int Vl, int v_real, int vocab_start, acc_t<T> dloss, bool write_grad) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
     const T lse = maxes[i] + std::log(partials[i]);

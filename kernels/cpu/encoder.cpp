@@ -20,7 +20,7 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
 }
 
 template <typename T>
-void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+void encoder_backward(acc_t<T>* dwte, acc_t<T>* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                       int vocab_start, int vocab_rows) {
   // Threads own disjoint column blocks, and rows are visited in order, so every sum is formed in
   // the same order whatever the thread count: no races, bitwise-reproducible.

@@ -8,7 +8,7 @@
 namespace loom::cpu {
 
 template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N, int C) {
+void layernorm_forward(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* inp, const T* w, const T* b, int N, int C) {
   const T eps = T(1e-5);
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
@@ -28,8 +28,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
-                        const T* rstd, int N, int C) {
+void layernorm_backward(T* dinp, acc_t<T>* dw, acc_t<T>* db, const T* dout, const T* inp, const T* w, const acc_t<T>* mean,
+                        const acc_t<T>* rstd, int N, int C) {
   // Input gradient, row-parallel.
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {

@@ -22,7 +22,7 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 }
 
 template <typename T>
-void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int N, int C, int OC) {
+void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, const T* inp, const T* w, int N, int C, int OC) {
   ConstMatMap<T> D(dout, N, OC), X(inp, N, C), W(w, OC, C);
   if (dinp) {
     MatMap<T> DI(dinp, N, C);

@@ -27,11 +27,11 @@ double chunked_sum(const T* x, size_t n, F term) {
 }  // namespace
 
 template <typename T>
-double sum_squares(const T* x, size_t n) {
+double sum_squares(const acc_t<T>* x, size_t n) {
   return chunked_sum(x, n, [](double a) { return a * a; });
 }
 template <typename T>
-double sum(const T* x, size_t n) {
+double sum(const acc_t<T>* x, size_t n) {
   return chunked_sum(x, n, [](double a) { return a; });
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/typed_dispatch.hpp"
 
 namespace loom {
 namespace cuda {
@@ -89,32 +90,37 @@ class CudaBackend final : public Backend {
     return double(sms_) * fp32_lanes_ * 2.0 * clock_khz * 1e3;
   }
 
-  float* alloc(size_t n) override { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
-  int32_t* alloc_i32(size_t n) override { return static_cast<int32_t*>(alloc_bytes(n * sizeof(int32_t))); }
-  void release(void* p) override {
-    if (p) cudaFree(p);
-  }
-  void upload(float* dst, const float* src, size_t n) override { copy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice); }
-  void upload_i32(int32_t* dst, const int32_t* src, size_t n) override {
-    copy(dst, src, n * sizeof(int32_t), cudaMemcpyHostToDevice);
-  }
-  void download(float* dst, const float* src, size_t n) override { copy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost); }
-  void synchronize() override { LOOM_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
-  void* stream() override { return ctx_.stream; }
-  size_t attention_saved_floats(int B, int T, int NH) const override { return size_t(B) * NH * T; }  // the LSE
-
-  // Every op of kernels/backend_ops.def: the launcher of the same name (ops.cuh), with the context.
-#define LOOM_OP(RET, NAME, PARAMS, ARGS) \
-  RET NAME PARAMS override { return cuda::NAME(LOOM_CUDA_UNPAREN ARGS, ctx_); }
-#include "kernels/backend_ops.def"
-
- private:
-  void* alloc_bytes(size_t bytes) {
+  void* alloc_bytes(size_t bytes) override {
     void* p = nullptr;
     LOOM_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 4)));
     LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(bytes, 4), ctx_.stream));
     return p;
   }
+  void release(void* p) override {
+    if (p) cudaFree(p);
+  }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    copy(dst, src, bytes, cudaMemcpyHostToDevice);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyDeviceToHost); }
+  void synchronize() override { LOOM_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
+  void* stream() override { return ctx_.stream; }
+  size_t attention_saved_bytes(int B, int T, int NH, DType) const override {
+    return size_t(B) * NH * T * sizeof(float);  // the log-sum-exp, fp32 whatever the compute dtype
+  }
+
+  // Each typed pointer checked against the launcher's parameter (kernels/typed_dispatch.hpp).
+  template <typename Fn, typename... A>
+  static decltype(auto) call_unwrapped(Fn* fn, A&&... args) {
+    return fn(typed::unwrap(std::forward<A>(args))...);
+  }
+  // Every op of kernels/backend_ops.def: the launcher of the same name (ops.cuh), with the context.
+#define LOOM_OP(RET, NAME, PARAMS, ARGS) \
+  RET NAME PARAMS override { return call_unwrapped(&cuda::NAME, LOOM_CUDA_UNPAREN ARGS, ctx_); }
+#include "kernels/backend_op_types.inc"
+#include "kernels/backend_ops.def"
+
+ private:
   void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     if (!bytes) return;
     LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, ctx_.stream));

@@ -1,7 +1,11 @@
 // Elementwise ops over flat buffers: zero (a memset), GELU (tanh approximation, GPT-2), residual
 // add, scale, and AdamW (PyTorch's formulation, bias corrections computed in double on the host
-// as the CPU reference does). One thread per element, grid-stride loops.
+// as the CPU reference does), and dtype conversion. One thread per element, grid-stride loops.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -51,7 +55,49 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   }
 }
 
+// Storage conversions on the device: through float, rounding to nearest even on the way down.
+__device__ inline float load_as_float(float x) { return x; }
+__device__ inline float load_as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float load_as_float(__half x) { return __half2float(x); }
+template <typename D>
+__device__ inline D store_from_float(float x);
+template <>
+__device__ inline float store_from_float<float>(float x) { return x; }
+template <>
+__device__ inline __nv_bfloat16 store_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ inline __half store_from_float<__half>(float x) { return __float2half_rn(x); }
+
+template <typename D, typename S>
+__global__ void convert_kernel(D* dst, const S* src, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = store_from_float<D>(load_as_float(src[i]));
+}
+
+template <typename D>
+void convert_from(D* dst, ConstTypedPtr src, size_t n, Context& ctx) {
+  switch (src.dtype) {
+    case DType::f32: convert_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(dst, static_cast<const float*>(src.data), n); break;
+    case DType::bf16:
+      convert_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(dst, static_cast<const __nv_bfloat16*>(src.data), n);
+      break;
+    case DType::f16: convert_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(dst, static_cast<const __half*>(src.data), n); break;
+    default: throw std::logic_error("convert: source dtype must be fp32, bf16 or fp16");
+  }
+  LOOM_CUDA_LAUNCHED();
+}
+
 }  // namespace
+
+void convert(TypedPtr dst, ConstTypedPtr src, size_t n, Context& ctx) {
+  if (!n) return;
+  switch (dst.dtype) {
+    case DType::f32: return convert_from(static_cast<float*>(dst.data), src, n, ctx);
+    case DType::bf16: return convert_from(static_cast<__nv_bfloat16*>(dst.data), src, n, ctx);
+    case DType::f16: return convert_from(static_cast<__half*>(dst.data), src, n, ctx);
+    default: throw std::logic_error("convert: destination dtype must be fp32, bf16 or fp16");
+  }
+}
 
 void zero(float* p, size_t n, Context& ctx) { LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), ctx.stream)); }
 

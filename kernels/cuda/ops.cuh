@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/dtype.hpp"
+
 // Strips one pair of parentheses: LOOM_CUDA_UNPAREN (a, b) is a, b.
 #define LOOM_CUDA_UNPAREN(...) __VA_ARGS__
 
@@ -50,7 +52,18 @@ class Context {
   size_t int_capacity_[kIntBuffers] = {};
 };
 
+// The launchers still take fp32 pointers: the backend checks that every typed pointer it is
+// handed is fp32 (kernels/typed_dispatch.hpp) and passes it on.
 #define LOOM_OP(RET, NAME, PARAMS, ARGS) RET NAME(LOOM_CUDA_UNPAREN PARAMS, Context& ctx);
+#define Act float*
+#define CAct const float*
+#define Fp32 float*
+#define CFp32 const float*
+#define Scratch float*
+#define CScratch const float*
+#define Any ::loom::TypedPtr
+#define CAny ::loom::ConstTypedPtr
+#define Scalar float
 #include "kernels/backend_ops.def"
 
 // Where a .cu file departs from the plain one-kernel pattern:

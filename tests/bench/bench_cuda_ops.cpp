@@ -58,7 +58,7 @@ int main() {
   float* rstd = g.alloc(size_t(N));
   float* qkv = g.alloc(size_t(N) * 3 * C);
   float* dqkv = g.alloc(size_t(N) * 3 * C);
-  float* saved = g.alloc(g.attention_saved_floats(B, T, NH));
+  float* saved = g.alloc(g.attention_saved_bytes(B, T, NH, loom::DType::f32) / sizeof(float));
   float* logits = g.alloc(size_t(N) * Vp);
   float* losses = g.alloc(size_t(N));
   int32_t* targets = g.alloc_i32(size_t(N));

@@ -235,7 +235,7 @@ TEST_CASE("AdamW matches PyTorch's update written out by hand") {
     const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
     ep[i] = ep[i] * (1 - lr * wd) - lr / bc1 * em[i] / (std::sqrt(ev[i]) / std::sqrt(bc2) + eps);
   }
-  adamw_update(p.data(), g.data(), m.data(), v.data(), 3, lr, b1, b2, eps, wd, t);
+  adamw_update<double>(p.data(), g.data(), m.data(), v.data(), 3, lr, b1, b2, eps, wd, t);
   for (int i = 0; i < 3; ++i) {
     CHECK(p[i] == Approx(ep[i]).epsilon(1e-14));
     CHECK(m[i] == Approx(em[i]).epsilon(1e-14));
@@ -249,18 +249,18 @@ TEST_CASE("reductions are exact on integers and identical for any thread count")
   for (size_t i = 0; i < n; ++i) x[i] = float(int(i % 7) - 3);
   double exact_sq = 0, exact = 0;
   for (float v : x) exact_sq += double(v) * v, exact += v;
-  CHECK(sum_squares(x.data(), n) == exact_sq);
-  CHECK(sum(x.data(), n) == exact);
+  CHECK(sum_squares<float>(x.data(), n) == exact_sq);
+  CHECK(sum<float>(x.data(), n) == exact);
   std::vector<float> y = x;
   for (size_t i = 0; i < n; ++i) y[i] = float(std::sin(double(i))) * 1e-3f;
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  const double one = sum_squares(y.data(), n);
+  const double one = sum_squares<float>(y.data(), n);
   omp_set_num_threads(2);
-  const double two = sum_squares(y.data(), n);
+  const double two = sum_squares<float>(y.data(), n);
   omp_set_num_threads(saved);
   CHECK(one == two);
-  CHECK(sum_squares(x.data(), 0) == 0.0);
+  CHECK(sum_squares<float>(x.data(), 0) == 0.0);
 }
 
 TEST_CASE("the float ops agree with the double ops") {

@@ -186,7 +186,7 @@ TEST_CASE("CUDA fused causal attention forward/backward") {
                              std::tuple{2, 17, 120, 3}, std::tuple{1, 5, 256, 1}}) {
     Pair qkv(cpu, gpu, randn(size_t(B) * T * 3 * C, 30));
     Pair out(cpu, gpu, randn(size_t(B) * T * C, 33));
-    std::vector<float> saved_c_init(cpu.attention_saved_floats(B, T, NH)), saved_g_init(gpu.attention_saved_floats(B, T, NH));
+    std::vector<float> saved_c_init(cpu.attention_saved_bytes(B, T, NH, loom::DType::f32) / sizeof(float)), saved_g_init(gpu.attention_saved_bytes(B, T, NH, loom::DType::f32) / sizeof(float));
     float* saved_c = cpu.alloc(saved_c_init.size() + 1);
     float* saved_g = gpu.alloc(saved_g_init.size() + 1);
     cpu.attention_forward(out.c, saved_c, qkv.c, B, T, C, NH);
