@@ -20,8 +20,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // Peak FLOP/s the backend can sustain on dense matmuls: the MFU denominator.
-  virtual double peak_flops() = 0;
+  // Peak FLOP/s the backend can sustain on dense matmuls whose inputs are `compute` (fp32, bf16
+  // or fp16): the MFU denominator.
+  virtual double peak_flops(DType compute) = 0;
+  // One line on how this backend runs `compute` when it matters to the user (e.g. "this CPU has
+  // no avx512_bf16: bf16 matmuls are emulated"), or "" when there is nothing to say.
+  virtual std::string precision_note(DType /*compute*/) const { return ""; }
 
   // ---- memory (bytes; the typed helpers below are written in terms of these) ----
   virtual void* alloc_bytes(size_t bytes) = 0;  // zero-filled

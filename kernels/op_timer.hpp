@@ -20,7 +20,8 @@ class OpTimer final : public Backend {
   void reset() { stats_.clear(); }
 
   std::string name() const override { return in_->name(); }
-  double peak_flops() override { return in_->peak_flops(); }
+  double peak_flops(DType compute) override { return in_->peak_flops(compute); }
+  std::string precision_note(DType compute) const override { return in_->precision_note(compute); }
   void* alloc_bytes(size_t bytes) override { return in_->alloc_bytes(bytes); }
   void release(void* p) override { in_->release(p); }
   void copy_from_host(void* d, const void* s, size_t bytes) override { in_->copy_from_host(d, s, bytes); }

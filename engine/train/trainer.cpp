@@ -83,7 +83,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       for (const std::string& n : notes) std::printf("loom: resuming: %s\n", n.c_str());
   }
   train_data_ = std::make_unique<DataLoader>(std::move(train), layout_, 2, start);
-  peak_flops_ = backend_->peak_flops();
+  peak_flops_ = backend_->peak_flops(DType::f32);
   // What rank 0 alone writes may fail on rank 0 alone (the CLI makes every rank agree on that error).
   if (rank_ == 0) {
     const double tokens = double(r_.global_batch_resolved()) * m.seq_len;

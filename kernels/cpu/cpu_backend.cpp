@@ -33,7 +33,7 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
-  double peak_flops() override {
+  double peak_flops(DType) override {
     if (peak_ == 0) peak_ = measure_sgemm_flops(1536, 5);
     return peak_;
   }

@@ -82,7 +82,7 @@ class CudaBackend final : public Backend {
     if (cudaDeviceGetPCIBusId(id, int(sizeof id), device_) != cudaSuccess) return "";
     return id;
   }
-  double peak_flops() override {
+  double peak_flops(DType) override {
     // fp32 (no tensor cores) dense peak: SMs x FP32 lanes x 2 FLOP (FMA) x clock. The MFU
     // denominator for this fp32 backend; bf16 tensor-core peaks come with the bf16 path.
     int clock_khz = 0;
