@@ -48,6 +48,11 @@ struct bf16 {
   explicit bf16(float f) : bits(from_float(f)) {}
   explicit bf16(double d) : bf16(static_cast<float>(d)) {}
   operator float() const { return dtype_bits::bits_float(uint32_t(bits) << 16); }
+  static bf16 from_bits(uint16_t b) {
+    bf16 x;
+    x.bits = b;
+    return x;
+  }
   static uint16_t from_float(float f) {
     const uint32_t u = dtype_bits::float_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN: keep it quiet NaN

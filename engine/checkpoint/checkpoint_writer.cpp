@@ -166,12 +166,15 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
                             {"crc32c", dataset_crc[i]}});
       const bool clean = finite && snap.health.first_bad_step < 0;
       const parallel::GridLayout& layout = groups_.layout();
-      const nlohmann::json man = manifest(
+      nlohmann::json man = manifest(
           snap.steps_done, snap.data, snap.health, clean, finite,
           {{"name", kCheckpointFile}, {"bytes", bytes}, {"crc32c", crc}, {"datasets", datasets}},
           {{"tp", layout.tp}, {"pp", layout.pp}, {"dp", layout.dp}, {"zero", optim_.zero_stage()},
            {"world", layout.world()}},
           setup_.model, setup_.recipe_yaml);
+      // fp16's dynamic loss scale, so a resumed run goes on with it (absent without fp16).
+      if (snap.loss_scale.scale > 0)
+        man["loss_scale"] = {{"scale", snap.loss_scale.scale}, {"good_steps", snap.loss_scale.good_steps}};
       write_file_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
       if (fs::exists(final_dir)) {
         // A checkpoint of the same step from an earlier history (this run resumed from an older

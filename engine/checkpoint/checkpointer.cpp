@@ -83,7 +83,8 @@ void Checkpointer::wait() {
   if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
 }
 
-double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, const StateHealth& health) {
+double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, const StateHealth& health,
+                          const LossScaleState& loss_scale) {
   auto t0 = std::chrono::steady_clock::now();
   wait();
   // Host copies of this rank's parameters and full (un-sharded) Adam moments.
@@ -94,6 +95,7 @@ double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, con
   snap->steps_done = steps_done;
   snap->data = data;
   snap->health = health;
+  snap->loss_scale = loss_scale;
   const size_t n = model_.table().total();
   snap->params.resize(n);
   snap->m.resize(n);

@@ -23,6 +23,7 @@ struct ParallelConfig {
   std::string pp_layers = "auto";   // blocks per pipeline stage: "auto" (n_layer / pp each) or "3,5"
   double bucket_mb = 25.0;          // gradient all-reduce bucket size (MiB of fp32 gradients)
   int zero = 0;                     // 1: ZeRO-1 (optimizer state sharded over dp)
+  std::string grad_reduce_dtype = "fp32";  // fp32 | bf16: the dtype gradients cross the dp group in
   bool overlap_grad_reduce = true;  // launch each bucket as soon as backward completes it
   double timeout_s = 600;           // a communication call open longer aborts the job; 0: never
 };
@@ -36,7 +37,10 @@ struct TrainConfig {
   double max_minutes = 0;  // > 0: save and stop (exit 75) before this wall-clock budget runs out  // non-finite loss/grad norm: step skipped; this many in a row stop the run
   uint64_t seed = 1337;
   std::string backend = "cpu";     // cpu | cuda
-  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (compute dtype; master weights stay fp32)
+  double loss_scale_init = 65536;          // fp16: initial dynamic loss scale
+  int64_t loss_scale_growth_interval = 2000;  // fp16: good steps before the scale doubles
+  double loss_scale_backoff = 0.5;         // fp16: factor on the scale after an overflow
   std::string recompute = "none";  // none | selective | full: activations recomputed in backward
 };
 

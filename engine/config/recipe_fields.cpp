@@ -29,6 +29,7 @@ std::vector<Field> make_fields() {
       {"parallel", "pp_layers", K::String, 0, 0, {}, LOOM_MEMBER(parallel, pp_layers), "blocks per pipeline stage: auto (n_layer/pp each) or a list such as \"3,5\" (pp entries summing to n_layer)"},
       {"parallel", "bucket_mb", K::Float, 1e-6, 1e6, {}, LOOM_MEMBER(parallel, bucket_mb), "gradient reduction bucket size in MiB (of fp32 gradients)"},
       {"parallel", "zero", K::Int, 0, 1, {}, LOOM_MEMBER(parallel, zero), "0: replicated optimizer; 1: ZeRO-1, optimizer state and update sharded over dp"},
+      {"parallel", "grad_reduce_dtype", K::String, 0, 0, {"fp32", "bf16"}, LOOM_MEMBER(parallel, grad_reduce_dtype), "dtype the gradients are reduced in over the data-parallel group: fp32 (exact to fp32 rounding) or bf16 (half the bytes on the wire; each bucket rounded to bf16 before the sum and the sum rounded again)"},
       {"parallel", "overlap_grad_reduce", K::Bool, 0, 0, {}, LOOM_MEMBER(parallel, overlap_grad_reduce), "launch each gradient bucket's reduction as soon as backward completes it (false: all after backward)"},
       {"parallel", "timeout_s", K::Float, 0, 1e7, {}, LOOM_MEMBER(parallel, timeout_s), "a communication call that has not completed after this many seconds aborts the whole job, naming the call, group and step (0: wait forever)"},
 
@@ -41,7 +42,10 @@ std::vector<Field> make_fields() {
       {"train", "seed", K::UInt64, 0, 1.8e19, {}, LOOM_MEMBER(train, seed), "seed of the initialisation and of data sampling"},
       {"train", "backend", K::String, 0, 0, {"cpu", "cuda"}, LOOM_MEMBER(train, backend), "compute backend: cpu (Eigen/OpenBLAS reference) or cuda"},
       {"train", "recompute", K::String, 0, 0, {"none", "selective", "full"}, LOOM_MEMBER(train, recompute), "activation recomputation: none; selective (attention's saved state recomputed in backward: on the CPU the B*NH*T*T probabilities); full (only each block's output kept, the block re-run before its backward)"},
-      {"train", "precision", K::String, 0, 0, {"fp32", "bf16", "fp16"}, LOOM_MEMBER(train, precision), "parameter/activation precision; bf16 and fp16 need backend cuda"},
+      {"train", "precision", K::String, 0, 0, {"fp32", "bf16", "fp16"}, LOOM_MEMBER(train, precision), "compute dtype: weights copy, activations and their gradients; master weights, gradients, optimizer state, LayerNorm statistics and losses stay fp32 (docs/precision.md)"},
+      {"train", "loss_scale_init", K::Float, 1, 1e30, {}, LOOM_MEMBER(train, loss_scale_init), "fp16 only: initial dynamic loss scale"},
+      {"train", "loss_scale_growth_interval", K::Int64, 1, kHuge, {}, LOOM_MEMBER(train, loss_scale_growth_interval), "fp16 only: steps without overflow after which the loss scale doubles"},
+      {"train", "loss_scale_backoff", K::Float, 1e-6, 0.999999, {}, LOOM_MEMBER(train, loss_scale_backoff), "fp16 only: factor on the loss scale after a step whose gradients overflowed (the step is skipped)"},
 
       {"optim", "lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, lr), "peak learning rate (after warmup)"},
       {"optim", "min_lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, min_lr), "learning rate at the end of the cosine decay"},

@@ -296,8 +296,6 @@ void validate_shapes(const Recipe& r) {
   if (r.train.global_batch > 0)
     rule(r.train.global_batch % r.train.micro_batch == 0,
          kv(r, "train.global_batch") + " must be a multiple of " + kv(r, "train.micro_batch"));
-  rule(r.train.precision == "fp32" || r.train.backend == "cuda",
-       kv(r, "train.precision") + " needs train.backend=cuda; the cpu backend computes in fp32");
   rule(r.optim.min_lr <= r.optim.lr, kv(r, "optim.min_lr") + " must not exceed " + kv(r, "optim.lr"));
   rule(r.log.eval_every == 0 || !r.data.val.empty(),
        kv(r, "log.eval_every") + " needs validation data: set data.val");

@@ -14,6 +14,12 @@
 // the tied wte: ParamInfo::tied). A stage keeps activations for `slots` micro-batches at once
 // (1F1B keeps at most pp - stage in flight); its input and output cross stages through
 // input()/output() and their gradients through output_grad()/input_grad().
+//
+// Mixed precision (train.precision): the parameters (the master copy the optimizer updates and
+// checkpoints hold) and their gradients are fp32; the ops read a copy of the weights in the
+// compute dtype (compute_params(), refreshed by sync_compute_weights(); the master itself in
+// fp32) and keep activations and activation gradients in it. LayerNorm statistics and losses
+// are fp32 (the op list's Fp32 tensors).
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -46,7 +52,7 @@ struct ModelHooks {
 class Gpt {
  public:
   Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp = {}, StageSpec stage = {},
-      int slots = 1, Recompute recompute = Recompute::None);
+      int slots = 1, Recompute recompute = Recompute::None, DType compute = DType::f32);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -57,10 +63,15 @@ class Gpt {
   const ParamTable& table() const { return table_; }
   int micro_batch() const { return B_; }
   size_t num_params() const { return table_.total(); }
-  float* params() { return params_; }  // flat, backend memory
-  float* grads() { return grads_; }    // flat, same offsets as params
+  DType compute_dtype() const { return compute_; }
+  float* params() { return params_; }  // flat fp32 master, backend memory
+  float* grads() { return grads_; }    // flat fp32, same offsets as params
+  // The weights the ops read: a compute-dtype copy of params() (params() itself in fp32).
+  TypedPtr compute_params() { return wparams_; }
+  // Refreshes the compute copy from the master (after the optimizer's update); no-op in fp32.
+  void sync_compute_weights();
 
-  // Sets the parameters from a host buffer of num_params() floats.
+  // Sets the parameters from a host buffer of num_params() floats (and their compute copy).
   void set_params(const float* host);
   // Sets elements [offset, offset + n) of the flat parameters (a checkpoint loads tensor by tensor).
   void set_params(size_t offset, size_t n, const float* host);
@@ -84,20 +95,21 @@ class Gpt {
   // The offsets backward reports to hooks.grads_ready_from, in the order it reports them.
   std::vector<size_t> grad_ready_points() const;
 
-  // Pipeline boundaries, each (B,T,C) in backend memory.
-  float* input(int slot);         // a non-first stage's input activation for the slot
-  const float* output(int slot);  // a non-last stage's output after forward(slot)
-  float* output_grad();           // a non-last stage receives d(output) here before backward
-  const float* input_grad();      // a non-first stage's d(input) after backward
+  // Pipeline boundaries, each (B,T,C) in backend memory, in the compute dtype.
+  TypedPtr input(int slot);         // a non-first stage's input activation for the slot
+  ConstTypedPtr output(int slot);   // a non-last stage's output after forward(slot)
+  TypedPtr output_grad();           // a non-last stage receives d(output) here before backward
+  ConstTypedPtr input_grad();       // a non-first stage's d(input) after backward
 
-  // This rank's logits (B,T,Vp/tp) of the last forward of slot 0 with dloss == 0 (last stage).
+  // This rank's logits (B,T,Vp/tp) of the last forward of slot 0 with dloss == 0 (last stage),
+  // widened to fp32.
   std::vector<float> logits() const;
 
   // Bytes of activation memory held for all slots.
-  size_t activation_bytes() const { return act_floats_ * sizeof(float); }
+  size_t activation_bytes() const { return act_bytes_; }
 
  private:
-  float* p(const std::string& name) { return params_ + table_.find(name).offset; }
+  TypedPtr p(const std::string& name) { return wparams_ + table_.find(name).offset; }
   float* g(const std::string& name) { return grads_ + table_.find(name).offset; }
 
   Backend& be_;
@@ -111,16 +123,19 @@ class Gpt {
   GptBlock block_;                  // every block has the same shape
   ColumnParallelLinear head_;       // lnf (N,C) -> logits (N,Vp/tp), weight = wte's slice: last stage
   VocabParallelCrossEntropy loss_;  // last stage
+  DType compute_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
+  TypedPtr wparams_;  // compute copy (== params_ in fp32)
 
   // Activations saved for backward, per slot: per block, BlockActs (gpt_block.hpp).
   struct Slot {
     int32_t *tokens = nullptr, *targets = nullptr;  // (B,T)
-    float* input = nullptr;                         // (N,C): embedding output, or the previous stage's
+    TypedPtr input;                                 // (N,C): embedding output, or the previous stage's
     std::vector<BlockActs> layers;                  // this stage's blocks
-    float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // last stage: (N,C), (N), (N)
-    float* logits = nullptr;                        // last stage: (N,Vp/tp); dlogits after forward(dloss != 0)
+    TypedPtr lnf;                                   // last stage: (N,C)
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr; // last stage: (N), (N)
+    TypedPtr logits;                                // last stage: (N,Vp/tp); dlogits after forward(dloss != 0)
     bool grad_logits = false;
   };
   std::vector<Slot> slots_;
@@ -128,19 +143,23 @@ class Gpt {
   BlockActs shared_{};  // Selective: att only; Full: every buffer but res3 (gpt_memory.hpp)
   BlockActs acts(const Slot& s, int i) const;
   void alloc_block_buffers(BlockActs& a, bool with_att);
-  size_t attention_saved_floats() const;
+  size_t attention_saved_bytes() const;
   float *losses_ = nullptr;                                       // (N)
   float *ce_max_ = nullptr, *ce_partials_ = nullptr;              // (N), (2N): vocab-parallel CE
-  float *proj_scratch_ = nullptr;                                 // (N,C): attn/mlp projection outputs
+  TypedPtr proj_scratch_;                                         // (N,C): attn/mlp projection outputs
   // Gradient scratch for backward.
-  float *dresidual_ = nullptr;      // (N,C): d(residual stream); ends as d(input)
-  float *dout_ = nullptr;           // (N,C): d(output) from the next stage
+  TypedPtr dresidual_;              // (N,C): d(residual stream); ends as d(input)
+  TypedPtr dout_;                   // (N,C): d(output) from the next stage
   BlockGradScratch dblock_{};       // dln (N,C) (also the head's d(lnf)), datty, dqkv, dfch
-  std::vector<float*> owned_;
-  std::vector<int32_t*> owned_i32_;
-  size_t act_floats_ = 0;
+  std::vector<void*> owned_;
+  size_t act_bytes_ = 0;
   ModelHooks hooks_;
-  float* alloc(size_t n, bool activation = true);
+  // Backend memory owned by the model; `activation` memory is counted in act_bytes_.
+  void* alloc_bytes(size_t bytes, bool activation);
+  TypedPtr alloc_act(size_t n) { return {alloc_bytes(n * dtype_size(compute_), true), compute_}; }
+  float* alloc_f32(size_t n, bool activation = true) {
+    return static_cast<float*>(alloc_bytes(n * sizeof(float), activation));
+  }
 };
 
 }  // namespace loom

@@ -4,13 +4,16 @@
 
 namespace loom {
 
-BlockWeights BlockWeights::at(const ParamTable& table, float* base, int layer) {
+template <typename P>
+BlockTensors<P> BlockTensors<P>::at(const ParamTable& table, P base, int layer) {
   const std::string h = "h." + std::to_string(layer) + ".";
   auto at = [&](const char* n) { return base + table.find(h + n).offset; };
   return {at("ln1.weight"),    at("ln1.bias"),      at("attn.qkv.weight"), at("attn.qkv.bias"),
           at("attn.proj.weight"), at("attn.proj.bias"), at("ln2.weight"),   at("ln2.bias"),
           at("mlp.fc.weight"), at("mlp.fc.bias"),   at("mlp.proj.weight"), at("mlp.proj.bias")};
 }
+template struct BlockTensors<TypedPtr>;
+template struct BlockTensors<float*>;
 
 GptBlock::GptBlock(Backend& be, TensorParallel tp, const GptShape& shape, int micro_batch)
     : be_(be),
@@ -24,7 +27,7 @@ GptBlock::GptBlock(Backend& be, TensorParallel tp, const GptShape& shape, int mi
       attn_proj_(be, tp, Ct_, C_),
       mlp_proj_(be, tp, 4 * Ct_, C_) {}
 
-void GptBlock::forward(const BlockWeights& w, const float* x, const BlockActs& a, float* proj) const {
+void GptBlock::forward(const BlockWeights& w, ConstTypedPtr x, const BlockActs& a, TypedPtr proj) const {
   const int N = B_ * T_;
   const size_t NC = size_t(N) * C_;
   be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C_);
@@ -39,11 +42,11 @@ void GptBlock::forward(const BlockWeights& w, const float* x, const BlockActs& a
   be_.residual_forward(a.res3, a.res2, proj, NC);
 }
 
-void GptBlock::recompute_attention(const BlockActs& a, float* scratch) const {
+void GptBlock::recompute_attention(const BlockActs& a, TypedPtr scratch) const {
   be_.attention_forward(scratch, a.att, a.qkv, B_, T_, Ct_, NHt_);
 }
 
-void GptBlock::backward(float* dresidual, const BlockWeights& w, const BlockWeights& dw, const float* x,
+void GptBlock::backward(TypedPtr dresidual, const BlockWeights& w, const BlockGrads& dw, ConstTypedPtr x,
                         const BlockActs& a, const BlockGradScratch& s) const {
   const int N = B_ * T_;
   // MLP branch.

@@ -17,48 +17,56 @@
 
 namespace loom {
 
-// Views of block `layer`'s tensors in a flat buffer laid out by a ParamTable (the parameters,
-// or the gradients at the same offsets).
-struct BlockWeights {
-  float *ln1_w, *ln1_b;              // (C), (C)
-  float *qkv_w, *qkv_b;              // (3C/tp, C), (3C/tp): this rank's heads' q | k | v rows
-  float *attn_proj_w, *attn_proj_b;  // (C, C/tp), (C)
-  float *ln2_w, *ln2_b;              // (C), (C)
-  float *fc_w, *fc_b;                // (4C/tp, C), (4C/tp)
-  float *mlp_proj_w, *mlp_proj_b;    // (C, 4C/tp), (C)
-  static BlockWeights at(const ParamTable& table, float* base, int layer);
+// Views of block `layer`'s tensors in a flat buffer laid out by a ParamTable: P is TypedPtr for
+// the weights the ops read (the compute-dtype copy: BlockWeights) and float* for the gradients,
+// which are fp32 at the same offsets (BlockGrads).
+template <typename P>
+struct BlockTensors {
+  P ln1_w, ln1_b;              // (C), (C)
+  P qkv_w, qkv_b;              // (3C/tp, C), (3C/tp): this rank's heads' q | k | v rows
+  P attn_proj_w, attn_proj_b;  // (C, C/tp), (C)
+  P ln2_w, ln2_b;              // (C), (C)
+  P fc_w, fc_b;                // (4C/tp, C), (4C/tp)
+  P mlp_proj_w, mlp_proj_b;    // (C, 4C/tp), (C)
+  static BlockTensors at(const ParamTable& table, P base, int layer);
 };
+using BlockWeights = BlockTensors<TypedPtr>;
+using BlockGrads = BlockTensors<float*>;
 
-// What a block's forward writes and its backward reads (each (N,C) unless noted).
+// What a block's forward writes and its backward reads (each (N,C) unless noted): activations in
+// the compute dtype, LayerNorm statistics in fp32.
 struct BlockActs {
-  float *ln1, *ln1_mean, *ln1_rstd;  // ln1 (N,C); stats (N)
-  float *qkv;                        // (N,3C/tp): this rank's heads' q | k | v
-  float *atty, *att;                 // atty (N,C/tp); att: Backend::attention_saved_floats
-  float *res2;                       // x + attn(ln1(x))
-  float *ln2, *ln2_mean, *ln2_rstd;
-  float *fch, *fch_gelu;             // (N,4C/tp) each
-  float *res3;                       // block output = next block's input
+  TypedPtr ln1;                  // (N,C)
+  float *ln1_mean, *ln1_rstd;    // (N) each
+  TypedPtr qkv;                  // (N,3C/tp): this rank's heads' q | k | v
+  TypedPtr atty;                 // (N,C/tp)
+  void* att;                     // attention's saved state: Backend::attention_saved_bytes
+  TypedPtr res2;                 // x + attn(ln1(x))
+  TypedPtr ln2;
+  float *ln2_mean, *ln2_rstd;
+  TypedPtr fch, fch_gelu;        // (N,4C/tp) each
+  TypedPtr res3;                 // block output = next block's input
 };
 
-// Gradient scratch shared by all blocks of a rank.
+// Gradient scratch shared by all blocks of a rank, in the compute dtype.
 struct BlockGradScratch {
-  float* dln;    // (N,C): d(LayerNorm output), all-reduced by the column-parallel backward
-  float* datty;  // (N,C/tp)
-  float* dqkv;   // (N,3C/tp)
-  float* dfch;   // (N,4C/tp)
+  TypedPtr dln;    // (N,C): d(LayerNorm output), all-reduced by the column-parallel backward
+  TypedPtr datty;  // (N,C/tp)
+  TypedPtr dqkv;   // (N,3C/tp)
+  TypedPtr dfch;   // (N,4C/tp)
 };
 
 class GptBlock {
  public:
   GptBlock(Backend& be, TensorParallel tp, const GptShape& shape, int micro_batch);
   // x (N,C) -> a.res3, filling a's buffers. `proj` (N,C) is scratch for the projections' outputs.
-  void forward(const BlockWeights& w, const float* x, const BlockActs& a, float* proj) const;
+  void forward(const BlockWeights& w, ConstTypedPtr x, const BlockActs& a, TypedPtr proj) const;
   // Selective recompute: attention's saved state a.att again, from the kept a.qkv (its output,
   // identical to a.atty, goes to `scratch` (N,C/tp) and is dropped).
-  void recompute_attention(const BlockActs& a, float* scratch) const;
+  void recompute_attention(const BlockActs& a, TypedPtr scratch) const;
   // dresidual (N,C) holds dL/d(res3) on entry and dL/dx on return (each LayerNorm backward adds
   // its branch as the stream passes its fork). Parameter gradients accumulate into dw.
-  void backward(float* dresidual, const BlockWeights& w, const BlockWeights& dw, const float* x, const BlockActs& a,
+  void backward(TypedPtr dresidual, const BlockWeights& w, const BlockGrads& dw, ConstTypedPtr x, const BlockActs& a,
                 const BlockGradScratch& s) const;
 
  private:

@@ -1,7 +1,7 @@
 #pragma once
-// How many floats the model allocates on a rank, as a pure function of the shape and layout:
-// what `loom plan` predicts memory from. Gpt's constructor checks that what it really allocated
-// equals this (so the two cannot drift apart).
+// How many bytes of activations the model allocates on a rank, as a pure function of the shape,
+// layout and compute dtype: what `loom plan` predicts memory from. Gpt's constructor checks that
+// what it really allocated equals this (so the two cannot drift apart).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,37 +24,45 @@ inline Recompute recompute_from_name(const std::string& name) {
   return name == "full" ? Recompute::Full : name == "selective" ? Recompute::Selective : Recompute::None;
 }
 
-struct GptActivationFloats {
+// One rank's activation memory, in bytes. Activations and their gradients are in the compute
+// dtype (train.precision); LayerNorm statistics, losses and the cross-entropy's partial sums are
+// fp32 whatever it is; attention's saved state is whatever the backend says.
+struct GptActivationBytes {
   size_t per_slot = 0;  // one micro-batch's saved activations (a pipeline stage keeps `slots`)
   size_t shared = 0;    // gradient scratch and loss buffers, one set per rank
   size_t ints = 0;      // token and target ids (int32), all slots
   size_t total(int slots) const { return per_slot * size_t(slots) + shared; }
 };
 
-// `attention_saved` is the backend's attention_saved_floats(B, T, NH / tp) (CPU: the softmax
-// probabilities B*NH*T*T; CUDA: the log-sum-exp, B*NH*T).
-inline GptActivationFloats gpt_activation_floats(const GptShape& s, int micro_batch, int tp, int stage_layers,
-                                                 bool last_stage, int slots, size_t attention_saved,
-                                                 Recompute recompute = Recompute::None) {
+// `attention_saved_bytes` is the backend's attention_saved_bytes(B, T, NH / tp, compute) (CPU:
+// the softmax probabilities B*NH*T*T in the compute dtype; CUDA: the log-sum-exp, B*NH*T fp32).
+// `act` is the compute dtype's size (4 for fp32, 2 for bf16/fp16).
+inline GptActivationBytes gpt_activation_bytes(const GptShape& s, int micro_batch, int tp, int stage_layers,
+                                               bool last_stage, int slots, size_t attention_saved_bytes, size_t act,
+                                               Recompute recompute = Recompute::None) {
   const size_t N = size_t(micro_batch) * s.seq_len, C = size_t(s.d_model), Ct = C / size_t(tp);
   const size_t Vt = size_t(s.vocab_pad) / size_t(tp);
-  GptActivationFloats a;
-  const size_t per_layer = N * C /*ln1*/ + 2 * N /*ln1 mean, rstd*/ + N * 3 * Ct /*qkv*/ + N * Ct /*atty*/ +
-                           attention_saved + N * C /*res2*/ + N * C /*ln2*/ + 2 * N + N * 4 * Ct /*fch*/ +
-                           N * 4 * Ct /*gelu*/ + N * C /*res3*/;
+  constexpr size_t f32 = 4;
+  GptActivationBytes a;
+  const size_t stats = 2 * N * f32;  // a LayerNorm's mean and rstd
+  const size_t per_layer = act * (N * C /*ln1*/ + N * 3 * Ct /*qkv*/ + N * Ct /*atty*/ + N * C /*res2*/ +
+                                  N * C /*ln2*/ + N * 4 * Ct /*fch*/ + N * 4 * Ct /*gelu*/ + N * C /*res3*/) +
+                           2 * stats + attention_saved_bytes;
   size_t kept_per_layer = per_layer, shared_layer = 0;
   if (recompute == Recompute::Selective) {
-    kept_per_layer -= attention_saved;
-    shared_layer = attention_saved;
+    kept_per_layer -= attention_saved_bytes;
+    shared_layer = attention_saved_bytes;
   } else if (recompute == Recompute::Full) {
-    kept_per_layer = N * C;               // res3 only
-    shared_layer = per_layer - N * C;     // one block's buffers, re-filled before each backward
+    kept_per_layer = act * N * C;            // res3 only
+    shared_layer = per_layer - act * N * C;  // one block's buffers, re-filled before each backward
   }
-  a.per_slot = N * C /*input*/ + size_t(stage_layers) * kept_per_layer;
-  if (last_stage) a.per_slot += N * C /*lnf*/ + 2 * N + N * Vt /*logits*/;
-  a.shared = N /*losses*/ + N /*ce max*/ + 2 * N /*ce partials*/ + N * C /*proj scratch*/ + 3 * N * C /*dresidual,
-              dln, dout*/ + N * Ct /*datty*/ + N * 3 * Ct /*dqkv*/ + N * 4 * Ct /*dfch*/ + (stage_layers > 0 ? shared_layer : 0);
-  a.ints = 2 * N * size_t(slots);
+  a.per_slot = act * N * C /*input*/ + size_t(stage_layers) * kept_per_layer;
+  if (last_stage) a.per_slot += act * N * C /*lnf*/ + stats + act * N * Vt /*logits*/;
+  a.shared = f32 * (N /*losses*/ + N /*ce max*/ + 2 * N /*ce partials*/) +
+             act * (N * C /*proj scratch*/ + 3 * N * C /*dresidual, dln, dout*/ + N * Ct /*datty*/ +
+                    N * 3 * Ct /*dqkv*/ + N * 4 * Ct /*dfch*/) +
+             (stage_layers > 0 ? shared_layer : 0);
+  a.ints = 4 * 2 * N * size_t(slots);
   return a;
 }
 

@@ -4,37 +4,37 @@
 
 namespace loom {
 
-void tp_all_reduce(const TensorParallel& tp, float* buf, size_t n, parallel::ReduceOp op) {
-  if (tp.size > 1) tp.comm->all_reduce(buf, n, op);
+void tp_all_reduce(const TensorParallel& tp, TypedPtr buf, size_t n, parallel::ReduceOp op) {
+  if (tp.size > 1) tp.comm->all_reduce(buf.as<float>(), n, op);  // MERGE-H3: typed communicator
 }
 
-void ColumnParallelLinear::forward(float* out, const float* inp, const float* w, const float* b, int N) const {
+void ColumnParallelLinear::forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b, int N) const {
   be_.matmul_forward(out, inp, w, b, N, in_, out_);
 }
 
-void ColumnParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                    const float* w, int N) const {
+void ColumnParallelLinear::backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp,
+                                    ConstTypedPtr w, int N) const {
   be_.matmul_backward(dinp, dw, db, dout, inp, w, N, in_, out_);
   tp_all_reduce(tp_, dinp, size_t(N) * size_t(in_));
 }
 
-void RowParallelLinear::forward(float* out, const float* inp, const float* w, const float* b, int N) const {
-  be_.matmul_forward(out, inp, w, tp_.lead() ? b : nullptr, N, in_, out_);
+void RowParallelLinear::forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b, int N) const {
+  be_.matmul_forward(out, inp, w, tp_.lead() ? b : ConstTypedPtr(), N, in_, out_);
   tp_all_reduce(tp_, out, size_t(N) * size_t(out_));
 }
 
-void RowParallelLinear::backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                 const float* w, int N) const {
+void RowParallelLinear::backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp,
+                                 ConstTypedPtr w, int N) const {
   be_.matmul_backward(dinp, dw, db, dout, inp, w, N, in_, out_);
 }
 
-void VocabParallelEmbedding::forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                                     int T) const {
-  be_.encoder_forward(out, tokens, wte, tp_.lead() ? wpe : nullptr, B, T, C_, vocab_start_, rows_);
+void VocabParallelEmbedding::forward(TypedPtr out, const int32_t* tokens, ConstTypedPtr wte, ConstTypedPtr wpe,
+                                     int B, int T) const {
+  be_.encoder_forward(out, tokens, wte, tp_.lead() ? wpe : ConstTypedPtr(), B, T, C_, vocab_start_, rows_);
   tp_all_reduce(tp_, out, size_t(B) * size_t(T) * size_t(C_));
 }
 
-void VocabParallelEmbedding::backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+void VocabParallelEmbedding::backward(float* dwte, float* dwpe, ConstTypedPtr dout, const int32_t* tokens, int B,
                                       int T) const {
   be_.encoder_backward(dwte, dwpe, dout, tokens, B, T, C_, vocab_start_, rows_);
 }
@@ -48,7 +48,7 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(Backend& be, TensorParallel
       vocab_start_(tp.rank * cols_),
       v_real_(std::clamp(vocab - vocab_start_, 0, cols_)) {}
 
-void VocabParallelCrossEntropy::forward(float* losses, float* logits, const int32_t* targets, int N, float dloss,
+void VocabParallelCrossEntropy::forward(float* losses, TypedPtr logits, const int32_t* targets, int N, float dloss,
                                         bool write_grad, float* maxes, float* partials) const {
   if (tp_.size == 1) {
     be_.softmax_crossentropy(losses, logits, targets, N, vocab_, vocab_pad_, dloss, write_grad);

@@ -8,7 +8,8 @@
 // Megatron's conjugate operators on the residual stream (replicated over the tp group):
 //   f: identity forward, all-reduce backward   (entering a column-parallel layer)
 //   g: all-reduce forward, identity backward   (leaving a row-parallel layer)
-// Shapes marked /tp are per rank. N = B*T rows.
+// Shapes marked /tp are per rank. N = B*T rows. Activations and weights are in the compute dtype
+// (typed pointers), parameter gradients in fp32 (float*), as the Backend ops take them.
 #include <cstddef>
 #include <cstdint>
 
@@ -28,7 +29,7 @@ struct TensorParallel {
 };
 
 // buf (n) becomes its reduction over the tp group, in place; nothing happens when tp size is 1.
-void tp_all_reduce(const TensorParallel& tp, float* buf, size_t n, parallel::ReduceOp op = parallel::ReduceOp::Sum);
+void tp_all_reduce(const TensorParallel& tp, TypedPtr buf, size_t n, parallel::ReduceOp op = parallel::ReduceOp::Sum);
 
 // Linear layer whose weight (OC, C) is split by output rows: this rank holds OC/tp rows (and the
 // matching OC/tp bias entries) and produces its OC/tp output columns. Input replicated (f).
@@ -37,10 +38,10 @@ class ColumnParallelLinear {
   // `in` = C, `out` = this rank's OC/tp.
   ColumnParallelLinear(Backend& be, TensorParallel tp, int in, int out) : be_(be), tp_(tp), in_(in), out_(out) {}
   // out (N,OC/tp) = inp (N,C) @ w (OC/tp,C)^T + b (OC/tp) [b may be null]. f forward: identity.
-  void forward(float* out, const float* inp, const float* w, const float* b, int N) const;
+  void forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b, int N) const;
   // dinp (N,C) = sum over tp of dout (N,OC/tp) @ w (f backward: all-reduce);
   // dw (OC/tp,C) += dout^T @ inp; db (OC/tp) += colsum(dout) [if not null].
-  void backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int N) const;
+  void backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w, int N) const;
 
  private:
   Backend& be_;
@@ -57,11 +58,11 @@ class RowParallelLinear {
   RowParallelLinear(Backend& be, TensorParallel tp, int in, int out) : be_(be), tp_(tp), in_(in), out_(out) {}
   // out (N,OC) = sum over tp of inp (N,C/tp) @ w (OC,C/tp)^T, + b (OC) once: added by tp rank 0
   // only ahead of g, the all-reduce.
-  void forward(float* out, const float* inp, const float* w, const float* b, int N) const;
+  void forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b, int N) const;
   // g backward: identity, no communication (dout is replicated). dinp (N,C/tp) = dout @ w;
   // dw (OC,C/tp) += dout^T @ inp; db (OC) += colsum(dout) on every rank (the replicated bias
   // gets the same gradient everywhere).
-  void backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int N) const;
+  void backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w, int N) const;
 
  private:
   Backend& be_;
@@ -77,10 +78,10 @@ class VocabParallelEmbedding {
       : be_(be), tp_(tp), rows_(vocab_pad / tp.size), vocab_start_(tp.rank * rows_), C_(C) {}
   // out (B,T,C) = sum over tp of wte_slice (Vp/tp,C)[tokens - vocab_start] (zero for tokens
   // outside the slice, so the sum is exact), + wpe (T,C) added by tp rank 0 only.
-  void forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T) const;
+  void forward(TypedPtr out, const int32_t* tokens, ConstTypedPtr wte, ConstTypedPtr wpe, int B, int T) const;
   // No communication (dout (B,T,C) is replicated): dwte (Vp/tp,C) += dout rows scattered by the
   // tokens in this rank's slice; dwpe (T,C) += sum over the batch, on every rank.
-  void backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T) const;
+  void backward(float* dwte, float* dwpe, ConstTypedPtr dout, const int32_t* tokens, int B, int T) const;
   int vocab_start() const { return vocab_start_; }
   int rows() const { return rows_; }  // Vp/tp
 
@@ -102,7 +103,7 @@ class VocabParallelCrossEntropy {
   // losses (N) = -log softmax(logits)[target] over the V real columns; with write_grad the
   // logits (N,Vp/tp) become dloss * (softmax - onehot(target)) on real columns, 0 on padding.
   // maxes (N) and partials (2N) are scratch for tp > 1 (unused with tp = 1).
-  void forward(float* losses, float* logits, const int32_t* targets, int N, float dloss, bool write_grad,
+  void forward(float* losses, TypedPtr logits, const int32_t* targets, int N, float dloss, bool write_grad,
                float* maxes, float* partials) const;
 
  private:

@@ -56,9 +56,12 @@ double DistributedOptimizer::grad_norm() {
   return std::sqrt(groups_.tp().sum_ordered(local));
 }
 
-void DistributedOptimizer::update(double grad_norm, double lr, int64_t t) {
+void DistributedOptimizer::update(double grad_norm, double lr, int64_t t, double grad_scale) {
   float* grads = buckets_->owned_grads();
-  clip_by_norm(be_, grads, buckets_->plan().owned_size, grad_norm, clip_);
+  // One pass: unscale (fp16's loss scale) and clip (the true norm is grad_norm).
+  double factor = 1.0 / grad_scale;
+  if (clip_ > 0 && grad_norm > clip_) factor *= clip_ / (grad_norm + 1e-6);
+  if (factor != 1.0) be_.scale(grads, buckets_->plan().owned_size, float(factor));
   adamw_->step(model_.params, grads, lr, t);
   buckets_->all_gather_parts(model_.params);
 }

@@ -67,7 +67,9 @@ class DistributedOptimizer {
   double grad_norm();
   // Clips to optim.grad_clip given the norm, applies AdamW to the owned elements with learning
   // rate `lr` (t: the 1-based update count) and gives every dp rank the updated parameters.
-  void update(double grad_norm, double lr, int64_t t);
+  // `grad_scale`: the factor the gradients carry (fp16's loss scale; grad_norm is already divided
+  // by it): they are divided by it in the same pass as the clipping.
+  void update(double grad_norm, double lr, int64_t t, double grad_scale = 1.0);
 
   // Checkpoints. Collective over dp: every element of full_m and full_v (host, table.total()
   // floats each) is written: this rank's moments at their flat positions and, at zero 1, every

@@ -100,8 +100,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
                              std::to_string(B * dp));
   const int accum = global / (B * dp);
   const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
-  const bool bf16 = r.train.precision != "fp32";
-  const double act_bytes = bf16 ? 2 : 4;
+  const bool bf16 = r.train.precision != "fp32";  // bf16 or fp16: 16-bit compute
+  const size_t act_bytes = bf16 ? 2 : 4;
 
   Prediction p;
   p.tp = tp;
@@ -122,19 +122,26 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     const double P = double(table.total());
     largest_params = std::max(largest_params, table.total());
     const int in_flight = parallel::pipeline_in_flight(s, pp, accum);
-    const size_t att_saved = cl.device.cpu ? size_t(B) * (m.n_head / tp) * T * T : size_t(B) * (m.n_head / tp) * T;
-    const GptActivationFloats a = gpt_activation_floats(shape, B, tp, spec.n_layers, spec.last, in_flight, att_saved,
-                                                        recompute_from_name(r.train.recompute));
+    // The backends' attention_saved_bytes: the CPU keeps the probabilities in the compute dtype,
+    // CUDA the fp32 log-sum-exp.
+    const size_t att_saved = cl.device.cpu ? size_t(B) * (m.n_head / tp) * T * T * act_bytes
+                                           : size_t(B) * (m.n_head / tp) * T * 4;
+    const GptActivationBytes a = gpt_activation_bytes(shape, B, tp, spec.n_layers, spec.last, in_flight, att_saved,
+                                                      act_bytes, recompute_from_name(r.train.recompute));
     MemoryBreakdown mem;
     mem.stage = s;
     mem.in_flight = in_flight;
-    mem.params = P * (bf16 ? 2 : 4) / MB;
+    // The fp32 master parameters and, under bf16/fp16, their compute copy; fp32 gradients.
+    mem.params = P * (bf16 ? 4 + 2 : 4) / MB;
     mem.grads = P * 4 / MB;
     const double owned = r.parallel.zero == 1 ? P / dp : P;
-    // Adam m and v (fp32), the fp32 master copy under bf16, and ZeRO-1's reduce-scatter shard.
-    mem.optimizer = owned * (8 + (bf16 ? 4 : 0)) / MB;
-    mem.comm_buffers = (r.parallel.zero == 1 ? owned * 4 : 0) / MB;
-    mem.activations = (double(a.total(in_flight)) * act_bytes + double(a.ints) * 4) / MB;
+    // Adam m and v (fp32).
+    mem.optimizer = owned * 8 / MB;
+    // ZeRO-1's reduce-scatter shard (fp32); with parallel.grad_reduce_dtype bf16 a bf16 copy of
+    // the gradients to reduce and, sharded, a bf16 shard beside the fp32 one.
+    const bool reduce16 = r.parallel.grad_reduce_dtype == "bf16";
+    mem.comm_buffers = ((r.parallel.zero == 1 ? owned * (4 + (reduce16 ? 2 : 0)) : 0) + (reduce16 ? P * 2 : 0)) / MB;
+    mem.activations = (double(a.total(in_flight)) + double(a.ints)) / MB;
     mem.workspace = cl.device.cpu ? 0 : 32;  // cuBLASLt
     // Host staging: the initial parameters (a full copy while the optimizer is allocated), or a
     // checkpoint's snapshot of parameters and both moments (kept between saves), whichever is

@@ -1,6 +1,8 @@
 #pragma once
 // Faults on purpose, for the tests of the run's health guards (never set in a real run):
 //   LOOM_FAULT=nan@5,6          the gradients of steps 5 and 6 (1-based) become NaN on rank 0
+//   LOOM_FAULT=overflow@5       fp16: step 5 runs with a loss scale of 1e30, so its fp16
+//                               gradients overflow in the kernels (the scaler must skip and back off)
 //   LOOM_FAULT=sleep@1:4:120    rank 1 sleeps 120 s inside step 4 (a stuck rank)
 // Malformed values are an error naming the variable.
 #include <cstdint>
@@ -13,7 +15,8 @@
 namespace loom {
 
 struct FaultInjection {
-  std::set<int64_t> nan_steps;  // 1-based step numbers
+  std::set<int64_t> nan_steps;       // 1-based step numbers
+  std::set<int64_t> overflow_steps;  // 1-based step numbers
   int sleep_rank = -1;
   int64_t sleep_step = -1;
   double sleep_s = 0;
@@ -24,13 +27,15 @@ struct FaultInjection {
     if (!v || !*v) return f;
     const std::string s = v;
     auto bad = [&] {
-      return std::runtime_error("LOOM_FAULT=" + s + ": expected nan@STEP[,STEP...] or sleep@RANK:STEP:SECONDS");
+      return std::runtime_error("LOOM_FAULT=" + s +
+                                ": expected nan@STEP[,STEP...], overflow@STEP[,STEP...] or sleep@RANK:STEP:SECONDS");
     };
     try {
-      if (s.rfind("nan@", 0) == 0) {
-        std::stringstream in(s.substr(4));
+      if (s.rfind("nan@", 0) == 0 || s.rfind("overflow@", 0) == 0) {
+        const bool nan = s[0] == 'n';
+        std::stringstream in(s.substr(s.find('@') + 1));
         std::string item;
-        while (std::getline(in, item, ',')) f.nan_steps.insert(std::stoll(item));
+        while (std::getline(in, item, ',')) (nan ? f.nan_steps : f.overflow_steps).insert(std::stoll(item));
       } else if (s.rfind("sleep@", 0) == 0) {
         std::stringstream in(s.substr(6));
         std::string a, b, c;

@@ -18,6 +18,14 @@ RunGuard::RunGuard(const TrainConfig& train, int vocab_size, int64_t first_bad_s
 
 void RunGuard::after_step(int64_t step, const StepResult& r) {
   // Every rank sees the same loss and norm (both are global), so all agree on what follows.
+  // fp16's overflow with a finite loss is the loss scaler's business (skip, back off), not a bad
+  // step, unless the scale has nowhere left to go.
+  if (r.overflow && std::isfinite(r.loss) && r.loss_scale > 1) {
+    if (rank_ == 0)
+      std::printf("loom: step %lld: fp16 gradients overflowed at loss scale %g: update skipped, the scale backs off\n",
+                  (long long)step + 1, r.loss_scale);
+    return;
+  }
   if (first_bad_step_ < 0 && (r.skipped || r.loss > diverged_loss_)) {
     first_bad_step_ = step + 1;
     if (rank_ == 0)

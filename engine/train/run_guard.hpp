@@ -3,7 +3,8 @@
 //   - the run's health: the first bad step of its history (non-finite, or a loss above three
 //     times that of a model guessing uniformly, 3 ln V), carried across resumes, after which
 //     checkpoints are marked not clean; and the streak of skipped (non-finite) steps, which
-//     ends the run at train.max_nonfinite_steps;
+//     ends the run at train.max_nonfinite_steps (an fp16 overflow that the loss scaler handles,
+//     with a finite loss, is neither);
 //   - whether to stop early with a checkpoint: a stop signal (SIGUSR1/SIGTERM/SIGINT) on any
 //     rank, train.max_minutes about to run out, or rank 0 failing to write the run directory.
 //     The ranks agree by a max over one float (collective over the world).

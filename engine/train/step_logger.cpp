@@ -36,6 +36,7 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
                                  {"gpu_mem_max_mb", h.gpu_mem_max_mb},
                                  {"gpu_power_max_w", h.gpu_power_max_w},
                                  {"gpu_temp_max_c", h.gpu_temp_max_c}});
+  if (s.loss_scale > 0) fields.emplace_back("loss_scale", s.loss_scale);
   if (s.skipped) fields.emplace_back("skipped", 1);
   metrics_->write(fields);
   if (tensorboard_) {

@@ -21,6 +21,7 @@ struct StepRecord {
   double loss = 0, val_loss = -1, lr = 0, grad_norm = 0;
   double step_s = 0, data_wait_s = 0, comm_wait_s = 0;
   bool skipped = false;
+  double loss_scale = 0;  // fp16: the loss scale the step used (0: no scaling, not logged)
 };
 
 // What the logger derives throughput and the ETA from.

@@ -7,14 +7,17 @@
 namespace loom {
 
 TrainStep::TrainStep(Gpt& model, DistributedOptimizer& optim, parallel::ProcessGroups& groups, TraceRecorder& trace,
-                     StepShape shape)
-    : model_(model), optim_(optim), groups_(groups), trace_(trace), s_(shape) {}
+                     StepShape shape, LossScaler& scaler)
+    : model_(model), optim_(optim), groups_(groups), trace_(trace), s_(shape), scaler_(scaler) {}
 
-StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poison_grads) {
+StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poison_grads, bool overflow_grads) {
   const int B = s_.micro_batch, T = s_.seq_len, accum = s_.micro_steps;
   // Each rank's backward adds 1/(global tokens) per token, so the sum over dp is the gradient of
-  // the mean loss over the global batch.
-  const float dloss = 1.0f / float(size_t(s_.global_batch) * T);
+  // the mean loss over the global batch; times fp16's loss scale (1 otherwise).
+  // LOOM_FAULT=overflow@STEP: a scale no fp16 gradient survives (the overflow then happens in the
+  // real kernels: dlogits become inf in fp16).
+  const double scale = overflow_grads && scaler_.enabled() ? 1e30 : scaler_.scale();
+  const float dloss = float(scale / double(size_t(s_.global_batch) * T));
   const int stage = groups_.coord().pp, stages = groups_.layout().pp;
   const int slots = parallel::pipeline_in_flight(stage, stages, accum);
   Gpt& model = model_;
@@ -35,10 +38,11 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
     model.set_hooks(i + 1 == accum && s_.overlap_grad_reduce ? overlap : ModelHooks{});
     model.backward(i % slots);
   };
-  work.input = [&](int i) { return model.input(i % slots); };
-  work.output = [&](int i) { return model.output(i % slots); };
-  work.output_grad = [&] { return model.output_grad(); };
-  work.input_grad = [&] { return model.input_grad(); };
+  // MERGE-H3: typed StageWork
+  work.input = [&](int i) { return model.input(i % slots).as<float>(); };
+  work.output = [&](int i) { return model.output(i % slots).as<float>(); };
+  work.output_grad = [&] { return model.output_grad().as<float>(); };
+  work.input_grad = [&] { return model.input_grad().as<float>(); };
   parallel::run_1f1b(groups_.device_pp(), accum, size_t(B) * T * s_.d_model, work);
   model.set_hooks(ModelHooks{});
 
@@ -55,13 +59,18 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   if (poison_grads) optim_.poison_grads();
   {
     TraceRecorder::Span span(&trace_, "gradient norm", "communication");
-    r.grad_norm = optim_.grad_norm();
+    r.grad_norm = optim_.grad_norm() / scale;  // the norm of the true (unscaled) gradient
     r.loss = groups_.dp().sum_ordered(loss / accum) / groups_.layout().dp;
   }
+  r.loss_scale = scale;
+  // fp16: scaled gradients that overflowed skip the step and back the scale off (every rank sees
+  // the same norm, so every rank's scaler moves alike).
+  r.overflow = scaler_.after_step(!std::isfinite(r.grad_norm));
   r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (!r.skipped) {
     TraceRecorder::Span span(&trace_, "optimizer", "optimizer");
-    optim_.update(r.grad_norm, lr, t);
+    optim_.update(r.grad_norm, lr, t, scale);
+    model.sync_compute_weights();  // the ops read the compute copy of the updated master weights
   }
   return r;
 }

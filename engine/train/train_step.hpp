@@ -9,6 +9,7 @@
 #include "engine/metrics/trace_recorder.hpp"
 #include "engine/model/gpt.hpp"
 #include "engine/optim/distributed_optimizer.hpp"
+#include "engine/optim/loss_scaler.hpp"
 #include "parallel/process_groups.hpp"
 
 namespace loom {
@@ -18,6 +19,8 @@ struct StepResult {
   double grad_norm = 0;    // before clipping, the same on every rank
   double comm_wait_s = 0;  // gradient reduction not hidden behind backward
   bool skipped = false;    // non-finite loss or norm: no update (the batch is consumed, as in Megatron)
+  bool overflow = false;   // fp16: the scaled gradients overflowed (skipped; the loss scale backed off)
+  double loss_scale = 1;   // the loss scale this step used (1 without fp16)
 };
 
 // The shape of a step: what the loop's recipe sections say about it.
@@ -31,10 +34,13 @@ struct StepShape {
 class TrainStep {
  public:
   TrainStep(Gpt& model, DistributedOptimizer& optim, parallel::ProcessGroups& groups, TraceRecorder& trace,
-            StepShape shape);
+            StepShape shape, LossScaler& scaler);
   // Runs step `t` (1-based update count) on `batch` with learning rate `lr`. `poison_grads`
-  // makes the reduced gradient NaN (fault injection for the health guards' tests).
-  StepResult run(const StepBatch& batch, int64_t t, double lr, bool poison_grads = false);
+  // makes the reduced gradient NaN; `overflow_grads` (fp16 only) runs the step with a loss scale
+  // of 1e30, so that its fp16 gradients overflow (fault injection for the guards' and the
+  // scaler's tests).
+  StepResult run(const StepBatch& batch, int64_t t, double lr, bool poison_grads = false,
+                 bool overflow_grads = false);
 
  private:
   Gpt& model_;
@@ -42,6 +48,7 @@ class TrainStep {
   parallel::ProcessGroups& groups_;
   TraceRecorder& trace_;
   StepShape s_;
+  LossScaler& scaler_;
 };
 
 }  // namespace loom

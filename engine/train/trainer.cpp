@@ -45,10 +45,13 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
     if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
   }
-  if (r_.train.precision != "fp32")
-    throw std::runtime_error("train.precision=" + r_.train.precision +
-                             ": only fp32 is implemented so far (bf16/fp16 with fp32 master weights come with the GPU "
-                             "training work); use train.precision=fp32");
+  compute_ = r_.train.precision == "bf16" ? DType::bf16 : r_.train.precision == "fp16" ? DType::f16 : DType::f32;
+  LossScaleConfig scaling;
+  scaling.enabled = compute_ == DType::f16;
+  scaling.initial = r_.train.loss_scale_init;
+  scaling.growth_interval = r_.train.loss_scale_growth_interval;
+  scaling.backoff = r_.train.loss_scale_backoff;
+  scaler_ = std::make_unique<LossScaler>(scaling);
   // One device per rank, from its rank on the node: the backend, NCCL and NVML all use this one.
   const int device = r_.train.backend == "cuda" ? cuda_device_for_local_rank(groups.local_rank()) : 0;
   backend_ = make_backend(r_.train.backend, device);
@@ -68,11 +71,13 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   step_ = std::make_unique<TrainStep>(
       *model_, *optim_, groups, trace_,
       StepShape{r_.train.micro_batch, m.seq_len, m.d_model, r_.grad_accum(), r_.global_batch_resolved(),
-                r_.parallel.overlap_grad_reduce});
+                r_.parallel.overlap_grad_reduce},
+      *scaler_);
   schedule_ = LrSchedule{r_.optim.lr, r_.optim.min_lr, r_.optim.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
   checkpointer_ = std::make_unique<Checkpointer>(checkpoint_setup(r_), groups, *model_, *optim_);
   resumed_ = checkpointer_->resume();
+  scaler_->restore(resumed_.loss_scale);
   data_now_ = DataNow{uint64_t(r_.train.seed), int64_t(r_.global_batch_resolved()),
                       int64_t(SampleIndex(train.shards, m.seq_len).size())};
   LoaderState start;
@@ -83,7 +88,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       for (const std::string& n : notes) std::printf("loom: resuming: %s\n", n.c_str());
   }
   train_data_ = std::make_unique<DataLoader>(std::move(train), layout_, 2, start);
-  peak_flops_ = backend_->peak_flops(DType::f32);
+  peak_flops_ = backend_->peak_flops(compute_);  // MFU against the gemm rate of the compute dtype
   // What rank 0 alone writes may fail on rank 0 alone (the CLI makes every rank agree on that error).
   if (rank_ == 0) {
     const double tokens = double(r_.global_batch_resolved()) * m.seq_len;
@@ -117,7 +122,7 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
       check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])));
     model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
                                    TensorParallel{groups_.coord().tp, tp, &groups_.device_tp()}, spec, slots,
-                                   recompute_from_name(r_.train.recompute));
+                                   recompute_from_name(r_.train.recompute), compute_);
     init.resize(model_->num_params());
     init_params(model_->table(), shape, r_.train.seed, init.data());
     model_->set_params(init.data());
@@ -172,6 +177,11 @@ void Trainer::print_header() const {
               model_->num_params() / 1e6, r_.global_batch_resolved(), r_.train.micro_batch, layout_.micro_steps,
               r_.parallel.dp, (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(),
               peak_flops_ / 1e9, optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
+  if (compute_ != DType::f32)
+    std::printf("loom: precision %s: fp32 master weights, gradients and optimizer state; %s activations%s\n",
+                dtype_name(compute_), dtype_name(compute_),
+                scaler_->enabled() ? ("; dynamic loss scale from " + std::to_string(scaler_->scale())).c_str() : "");
+  if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
   // mpirun gives the ranks only odls_base_sigkill_timeout (Open MPI's default) after it receives
   // SIGTERM or Ctrl-C: too little to finish a step and save. Said once, with what works.
   if (const double grace = parallel::mpirun_kill_grace_s(); !r_.checkpoint.dir.empty() && grace >= 0 && grace < 60)
@@ -208,7 +218,8 @@ TrainSummary Trainer::run() {
       std::this_thread::sleep_for(std::chrono::duration<double>(faults_.sleep_s));
     }
     const double lr = schedule_.at(step);
-    const StepResult res = step_->run(batch, step + 1, lr, faults_.nan_steps.count(step + 1) > 0);
+    const StepResult res = step_->run(batch, step + 1, lr, faults_.nan_steps.count(step + 1) > 0,
+                                      faults_.overflow_steps.count(step + 1) > 0);
     summary.comm_wait_s += res.comm_wait_s;
     guard.after_step(step, res);
     if (res.skipped) ++summary.skipped_steps;
@@ -222,6 +233,7 @@ TrainSummary Trainer::run() {
     const bool last = done == r_.train.steps || done == r_.train.stop_at_step || guard.too_many_bad() ||
                       vote.stop_now || vote.log_failed;
     StepRecord rec{step, res.loss, -1, lr, res.grad_norm, dt, 0, res.comm_wait_s, res.skipped};
+    rec.loss_scale = scaler_->enabled() ? res.loss_scale : 0;
     if (!val_batches_.empty() && !guard.too_many_bad() && due(r_.log.eval_every, done, last)) {
       TraceRecorder::Span span(&trace_, "evaluation", "compute");
       rec.val_loss = summary.final_val_loss = evaluate(*model_, groups_, val_batches_, layout_.micro_steps);
@@ -262,7 +274,7 @@ double Trainer::save_checkpoint(int64_t done, const TrainSummary& summary, int64
   TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
   const SavedDataPosition data{train_data_->state(), data_now_.seed, true, data_now_.global_batch,
                                data_now_.samples_per_epoch};
-  return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step});
+  return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step}, scaler_->state());
 }
 
 void Trainer::fail_non_finite(int64_t done, const RunGuard& guard) {

@@ -86,6 +86,8 @@ class Trainer {
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<DistributedOptimizer> optim_;
   std::unique_ptr<TrainStep> step_;
+  DType compute_ = DType::f32;           // train.precision
+  std::unique_ptr<LossScaler> scaler_;   // fp16's dynamic loss scale (disabled otherwise)
   std::unique_ptr<RankReports> reports_;
   std::unique_ptr<StepLogger> logger_;      // rank 0
   std::unique_ptr<RunRecord> run_record_;  // rank 0

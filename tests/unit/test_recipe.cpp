@@ -120,7 +120,7 @@ TEST_CASE("malformed recipes and overrides are rejected with their place and the
       {"global_batch_not_divisible", g, {"train.global_batch=10"}, 2,
        {"train.global_batch=10 (--set train.global_batch=10) must be a multiple of train.micro_batch=2", "dp=2 = 4"}},
       {"global_batch_vs_micro", g, {"train.global_batch=7"}, 1, {"train.global_batch=7", "must be a multiple of train.micro_batch=2"}},
-      {"bf16_on_cpu", "train:\n  precision: bf16\n", {}, 1, {"train.precision=bf16", "needs train.backend=cuda"}},
+      {"bad_grad_reduce_dtype", "parallel:\n  grad_reduce_dtype: fp16\n", {}, 1, {"parallel.grad_reduce_dtype: 'fp16' is not one of fp32 | bf16"}},
       {"min_lr_above_lr", "optim:\n  lr: 1e-4\n  min_lr: 1e-3\n", {}, 1, {"optim.min_lr=0.001", "must not exceed optim.lr=0.0001"}},
       {"yaml_syntax", "model:\n  n_layer: [1, 2\n", {}, 1, {"yaml_syntax.yaml:", "YAML syntax error"}},
       {"empty_file", "", {}, 1, {"empty_file.yaml: the recipe is empty"}},
