@@ -2,6 +2,7 @@
 // embedding gradients are fp32 (Fp32), accumulated in fp32 from the widened dout.
 #include <algorithm>
 
+#include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 
 namespace loom::cpu {
@@ -9,7 +10,6 @@ namespace loom::cpu {
 template <typename T>
 void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
                      int vocab_start, int vocab_rows) {
-  using A = acc_t<T>;
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * Tn; ++bt) {
     const int row = tokens[bt] - vocab_start;
@@ -17,7 +17,16 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
     const T* e = wte + static_cast<size_t>(mine ? row : 0) * C;
     const T* p = wpe ? wpe + static_cast<size_t>(bt % Tn) * C : nullptr;
     T* o = out + static_cast<size_t>(bt) * C;
-    for (int c = 0; c < C; ++c) o[c] = T((mine ? A(e[c]) : A(0)) + (p ? A(p[c]) : A(0)));
+    if constexpr (!is_16bit<T>) {
+      for (int c = 0; c < C; ++c) o[c] = (mine ? e[c] : T(0)) + (p ? p[c] : T(0));
+    } else {  // widen the two rows, add, round once
+      float* s = fp32_scratch(0, C);
+      float* q = fp32_scratch(1, C);
+      if (mine) widen(e, s, C); else std::fill(s, s + C, 0.f);
+      if (p) widen(p, q, C); else std::fill(q, q + C, 0.f);
+      for (int c = 0; c < C; ++c) s[c] += q[c];
+      narrow(s, o, C);
+    }
   }
 }
 
@@ -34,13 +43,21 @@ void encoder_backward(acc_t<T>* dwte, acc_t<T>* dwpe, const T* dout, const int32
     for (int bt = 0; bt < B * Tn; ++bt) {
       const T* d = dout + static_cast<size_t>(bt) * C;
       const int row = tokens[bt] - vocab_start;
+      const A* dc;  // this block's slice [c0, c1) of the row, as acc_t
+      alignas(64) float buf[kColumnBlock];
+      if constexpr (is_16bit<T>) {
+        widen(d + c0, buf, c1 - c0);
+        dc = buf;
+      } else {
+        dc = d + c0;
+      }
       if (row >= 0 && row < vocab_rows) {
         A* e = dwte + static_cast<size_t>(row) * C;
-        for (int c = c0; c < c1; ++c) e[c] += A(d[c]);
+        for (int c = c0; c < c1; ++c) e[c] += dc[c - c0];
       }
       if (dwpe) {
         A* p = dwpe + static_cast<size_t>(bt % Tn) * C;
-        for (int c = c0; c < c1; ++c) p[c] += A(d[c]);
+        for (int c = c0; c < c1; ++c) p[c] += dc[c - c0];
       }
     }
   }

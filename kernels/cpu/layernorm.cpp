@@ -78,14 +78,22 @@ void layernorm_backward(T* dinp, acc_t<T>* dw, acc_t<T>* db, const T* dout, cons
   for (int blk = 0; blk < nblocks; ++blk) {
     const int c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
     A accw[kColumnBlock] = {}, accb[kColumnBlock] = {};
+    alignas(64) float xb[kColumnBlock], db16[kColumnBlock];
     for (int i = 0; i < N; ++i) {
-      const T* x = inp + static_cast<size_t>(i) * C;
-      const T* d = dout + static_cast<size_t>(i) * C;
+      const T* xr = inp + static_cast<size_t>(i) * C + c0;
+      const T* dr = dout + static_cast<size_t>(i) * C + c0;
+      const A *x, *d;  // this block's slice [c0, c1) of the row, as acc_t
+      if constexpr (is_16bit<T>) {
+        widen(xr, xb, c1 - c0);
+        widen(dr, db16, c1 - c0);
+        x = xb, d = db16;
+      } else {
+        x = xr, d = dr;
+      }
       const A m = mean[i], s = rstd[i];
-      for (int c = c0; c < c1; ++c) {
-        const A dc = A(d[c]);
-        accw[c - c0] += dc * (A(x[c]) - m) * s;
-        accb[c - c0] += dc;
+      for (int c = 0; c < c1 - c0; ++c) {
+        accw[c] += d[c] * (x[c] - m) * s;
+        accb[c] += d[c];
       }
     }
     for (int c = c0; c < c1; ++c) {

@@ -7,10 +7,14 @@
 //                  no f16 matmul for it) or LOOM_CPU_MATMUL=reference is set, the inputs are
 //                  widened to fp32 scratch and the fp32 op runs on them, its results rounded once:
 //                  correct, and slower than fp32 itself (the conversions come on top).
+//   LOOM_CPU_MATMUL=onednn also runs the fp32 matmuls through oneDNN (opt-in: ~1.4-2x OpenBLAS
+//                  at GPT-2 small-model shapes on Zen 5, but its sums are in another order than
+//                  the reference's, so fp32 results are no longer bit-identical to the default).
 // dbias is summed in acc_t over column blocks, rows in order: deterministic in every path.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
@@ -22,10 +26,12 @@ namespace {
 
 // LOOM_CPU_MATMUL=reference: the 16-bit matmuls take the widen-to-fp32 path (tests compare the
 // oneDNN path against it). Read at every call, so a test can switch it with setenv.
-bool reference_requested() {
+bool matmul_mode_is(const char* mode) {
   const char* v = std::getenv("LOOM_CPU_MATMUL");
-  return v && std::strcmp(v, "reference") == 0;
+  return v && std::strcmp(v, mode) == 0;
 }
+bool reference_requested() { return matmul_mode_is("reference"); }
+bool onednn_fp32_requested() { return matmul_mode_is("onednn"); }
 
 // dbias (OC) += column sums of dout (N, OC), in acc_t; threads own column blocks.
 template <typename T>
@@ -59,6 +65,12 @@ float* widened_copy(int slot, const T* x, size_t n) {
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_fp32_requested()) {
+      onednn::GemmDesc d{DType::f32, DType::f32, N, C, OC, false, true, bias != nullptr, false};
+      if (onednn::gemm(d, out, inp, w, bias)) return;
+    }
+  }
   if constexpr (!is_16bit<T>) {
     MatMap<T> O(out, N, OC);
     ConstMatMap<T> X(inp, N, C), W(w, OC, C);
@@ -85,6 +97,16 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
 template <typename T>
 void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, const T* inp, const T* w, int N, int C,
                      int OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    onednn::GemmDesc di{DType::f32, DType::f32, N, OC, C, false, false, false, false};
+    onednn::GemmDesc dwd{DType::f32, DType::f32, OC, N, C, true, false, false, true};
+    if (onednn_fp32_requested() && onednn::supported(dwd) && onednn::supported(di)) {
+      onednn::gemm(dwd, dw, dout, inp, nullptr);
+      if (dinp) onednn::gemm(di, dinp, dout, w, nullptr);
+      if (dbias) bias_backward(dbias, dout, N, OC);
+      return;
+    }
+  }
   if constexpr (!is_16bit<T>) {
     ConstMatMap<T> D(dout, N, OC), X(inp, N, C), W(w, OC, C);
     if (dinp) {
