@@ -65,5 +65,8 @@ std::unique_ptr<Backend> make_cpu_backend();
 
 // Measured single-precision gemm rate of this machine: the best of `reps` n x n x n products, FLOP/s.
 double measure_sgemm_flops(int n, int reps);
+// The same for the CPU backend's bf16 matmul (bf16 inputs and output, fp32 accumulation: oneDNN
+// where the build has it, else widened to fp32 and sgemm), FLOP/s.
+double measure_bf16_gemm_flops(int n, int reps);
 
 }  // namespace loom

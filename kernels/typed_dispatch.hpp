@@ -37,10 +37,8 @@ template <typename F>
 decltype(auto) dispatch(const char* op, DType dtype, F&& f) {
   switch (dtype) {
     case DType::f32: return f(TypeTag<float>{});
-#ifdef LOOM_CPU_16BIT_OPS  // TEMPORARY until the 16-bit instantiations land
     case DType::bf16: return f(TypeTag<bf16>{});
     case DType::f16: return f(TypeTag<fp16>{});
-#endif
     default: break;
   }
   throw std::logic_error(std::string("backend op ") + op + " has no " + dtype_name(dtype) + " form");

@@ -20,6 +20,7 @@ pkgs=(
   libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 1.10 for checkpoints; h5dump
   libyaml-cpp-dev                       # recipes
   libeigen3-dev libopenblas-openmp-dev libopenblas0-openmp  # CPU backend (Eigen + OpenBLAS sgemm)
+  libdnnl-dev                           # CPU backend: oneDNN 2.x bf16 matmuls (optional at build time)
   catch2                                # unit tests (v2.13)
   libcli11-dev                          # the loom command line
   libpcre2-dev                          # GPT-2 BPE pre-tokenisation regex (Unicode classes)

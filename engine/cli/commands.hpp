@@ -17,7 +17,8 @@ struct RecipeArgs {
 
 int cmd_train(const RecipeArgs& a, int* argc, char*** argv);
 int cmd_config(const RecipeArgs& a, int world, bool keys);
-int cmd_bench_gemm(int n, int reps);
+// dtype: "fp32" (sgemm) or "bf16" (the CPU backend's bf16 matmul).
+int cmd_bench_gemm(int n, int reps, const std::string& dtype);
 int cmd_prep(const PrepOptions& o);
 
 struct CommBenchArgs {

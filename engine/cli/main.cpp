@@ -85,8 +85,9 @@ int main(int argc, char** argv) {
 
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate), comm (collectives)");
   bench->require_subcommand(1);
-  CLI::App* gemm = bench->add_subcommand("gemm", "measure sgemm GFLOP/s on this machine (the CPU MFU peak)");
+  CLI::App* gemm = bench->add_subcommand("gemm", "measure the CPU's gemm GFLOP/s at fp32 or bf16 (the CPU MFU peak)");
   int gemm_n = 2048, gemm_reps = 5;
+  std::string gemm_dtype = "fp32";
   CommBenchArgs comm_args;
   CLI::App* comm = bench->add_subcommand("comm", "collective bandwidth across the job (run under mpirun), nccl-tests style");
   comm->add_option("--backend", comm_args.backend, "mpi (host buffers) or nccl (device buffers)")
@@ -99,6 +100,9 @@ int main(int argc, char** argv) {
   comm->add_option("--ops", comm_args.ops, "comma-separated collectives")->capture_default_str();
   gemm->add_option("-n", gemm_n, "matrix size")->capture_default_str();
   gemm->add_option("--reps", gemm_reps, "timed repetitions")->capture_default_str();
+  gemm->add_option("--dtype", gemm_dtype, "fp32 (OpenBLAS sgemm) or bf16 (the CPU backend's bf16 matmul)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -121,7 +125,7 @@ int main(int argc, char** argv) {
     }
     return cmd_config(config_args, world, keys);
   }
-  if (*gemm) return cmd_bench_gemm(gemm_n, gemm_reps);
+  if (*gemm) return cmd_bench_gemm(gemm_n, gemm_reps, gemm_dtype);
   if (*prep) return cmd_prep(prep_opts);
   if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
   if (*inspect) return cmd_ckpt_inspect(ckpt_dir, &argc, &argv);

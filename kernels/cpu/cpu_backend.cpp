@@ -13,6 +13,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/eigen_maps.hpp"
+#include "kernels/cpu/onednn_gemm.hpp"
 #include "kernels/typed_dispatch.hpp"
 
 namespace loom {
@@ -29,13 +30,37 @@ void* aligned_zeroed(size_t bytes) {
   return p;
 }
 
+template <typename T>
+double measure_gemm_flops(int n, int reps);
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
-  double peak_flops(DType) override {
-    if (peak_ == 0) peak_ = measure_sgemm_flops(1536, 5);
-    return peak_;
+  // fp32: the measured sgemm rate; bf16, fp16: the measured rate of the backend's own 16-bit
+  // matmul (oneDNN where it runs the dtype, else the widening path). Measured once per dtype.
+  double peak_flops(DType compute) override {
+    if (compute == DType::f32) {
+      if (peak_ == 0) peak_ = measure_sgemm_flops(1536, 5);
+      return peak_;
+    }
+    double& p = compute == DType::f16 ? peak_f16_ : peak_bf16_;
+    if (p == 0) p = compute == DType::f16 ? measure_gemm_flops<fp16>(1536, 5) : measure_bf16_gemm_flops(1536, 5);
+    return p;
+  }
+
+  std::string precision_note(DType compute) const override {
+    if (compute == DType::bf16) {
+      if (!cpu::onednn::built())
+        return "this build has no oneDNN (libdnnl-dev): bf16 matmuls are widened to fp32 and run through sgemm, "
+               "slower than fp32";
+      if (!cpu::onednn::cpu_has_native_bf16())
+        return "this CPU has no avx512_bf16: oneDNN emulates the bf16 matmuls, slower than on a CPU with native bf16";
+    }
+    if (compute == DType::f16 && !cpu::onednn::supported(square_desc(DType::f16, 64)))
+      return "oneDNN has no fp16 matmul for this CPU: fp16 matmuls are widened to fp32 and run through sgemm, "
+             "slower than fp32";
+    return "";
   }
 
   void* alloc_bytes(size_t bytes) override { return aligned_zeroed(bytes); }
@@ -63,10 +88,40 @@ class CpuBackend final : public Backend {
   static decltype(auto) call_unwrapped(Fn* fn, A&&... args) {
     return fn(typed::unwrap(std::forward<A>(args))...);
   }
-  double peak_ = 0;
+  static cpu::onednn::GemmDesc square_desc(DType t, int n) {
+    cpu::onednn::GemmDesc d;
+    d.in = d.out = t;
+    d.M = d.K = d.N = n;
+    d.b_trans = true;
+    return d;
+  }
+  double peak_ = 0, peak_bf16_ = 0, peak_f16_ = 0;
 };
 
+// The best of `reps` n x n x n products through cpu::matmul_forward<T> (the backend's own path
+// for T, so the LOOM_CPU_MATMUL switch and a missing oneDNN show), FLOP/s.
+template <typename T>
+double measure_gemm_flops(int n, int reps) {
+  std::vector<T> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  uint32_t s = 12345;
+  for (auto* v : {&a, &b})
+    for (auto& x : *v) {
+      s = s * 1664525u + 1013904223u;
+      x = T(float(s >> 8) / float(1 << 24) - 0.5f);
+    }
+  cpu::matmul_forward<T>(c.data(), a.data(), b.data(), nullptr, n, n, n);  // warm-up, primitive creation
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    cpu::matmul_forward<T>(c.data(), a.data(), b.data(), nullptr, n, n, n);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * double(n) * n / best;
+}
+
 }  // namespace
+
+double measure_bf16_gemm_flops(int n, int reps) { return measure_gemm_flops<bf16>(n, reps); }
 
 double measure_sgemm_flops(int n, int reps) {
   cpu::RowMat<float> a = cpu::RowMat<float>::Random(n, n), b = cpu::RowMat<float>::Random(n, n), c(n, n);

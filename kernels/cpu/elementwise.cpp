@@ -1,23 +1,78 @@
-// Elementwise ops over flat buffers: zero, the residual add, scale and dtype conversion. One OpenMP loop each
-// (each element is one exact IEEE operation, so the result does not depend on the vectorisation
-// or the thread count).
+// Elementwise ops over flat buffers: zero, the residual add, scale and dtype conversion, and the
+// 16-bit paths' bulk conversions and fp32 scratch (convert_simd.hpp). One OpenMP loop each (each
+// element is one exact IEEE operation, rounded once when stored, so the result does not depend on
+// the vectorisation or the thread count).
+#include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
+#include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 
 namespace loom::cpu {
+namespace {
+constexpr size_t kChunk = 1 << 12;  // elements per task of the 16-bit loops (16 KB of fp32 scratch)
+}  // namespace
+
+template <typename T>
+void widen_parallel(const T* src, acc_t<T>* dst, size_t n) {
+  const size_t nchunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < nchunks; ++c) widen(src + c * kChunk, dst + c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+template <typename T>
+void narrow_parallel(const acc_t<T>* src, T* dst, size_t n) {
+  const size_t nchunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < nchunks; ++c) narrow(src + c * kChunk, dst + c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+template void widen_parallel<bf16>(const bf16*, float*, size_t);
+template void widen_parallel<fp16>(const fp16*, float*, size_t);
+template void narrow_parallel<bf16>(const float*, bf16*, size_t);
+template void narrow_parallel<fp16>(const float*, fp16*, size_t);
+
+float* fp32_scratch(int slot, size_t n) {
+  constexpr int kSlots = 8;
+  struct Buf {
+    std::unique_ptr<float[]> p;
+    size_t n = 0;
+  };
+  thread_local Buf bufs[kSlots];
+  if (slot < 0 || slot >= kSlots) throw std::logic_error("fp32_scratch: slot out of range");
+  Buf& b = bufs[slot];
+  if (b.n < n) {
+    b.p.reset(new float[n]);
+    b.n = n;
+  }
+  return b.p.get();
+}
 
 template <typename T>
 void zero(T* p, size_t n) {
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) p[i] = T(0);
+  for (size_t i = 0; i < n; ++i) p[i] = T{};  // +0 in every dtype
 }
 
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, size_t n) {
+  if constexpr (!is_16bit<T>) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  } else {
+    // Widen a chunk of each input to fp32 on the stack, add, round once. out may alias a or b.
+    const size_t nchunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nchunks; ++c) {
+      const size_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+      alignas(64) float fa[kChunk], fb[kChunk];
+      widen(a + i0, fa, len);
+      widen(b + i0, fb, len);
+      for (size_t i = 0; i < len; ++i) fa[i] += fb[i];
+      narrow(fa, out + i0, len);
+    }
+  }
 }
 
 template <typename T>
@@ -32,8 +87,15 @@ template <typename Real>
 void convert(TypedPtr dst, ConstTypedPtr src, size_t n) {
   auto run = [&](auto* d, const auto* s) {
     using D = std::remove_pointer_t<decltype(d)>;
+    using S = std::remove_const_t<std::remove_pointer_t<decltype(s)>>;
+    if constexpr (std::is_same_v<D, float> && is_16bit<S>) {
+      widen_parallel(s, d, n);
+    } else if constexpr (is_16bit<D> && std::is_same_v<S, float>) {
+      narrow_parallel(s, d, n);
+    } else {
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; ++i) d[i] = D(static_cast<float>(s[i]));
+      for (size_t i = 0; i < n; ++i) d[i] = D(static_cast<float>(s[i]));
+    }
   };
   auto with_src = [&](auto* d) {
     switch (src.dtype) {
@@ -51,15 +113,15 @@ void convert(TypedPtr dst, ConstTypedPtr src, size_t n) {
   }
 }
 
-template void convert<float>(TypedPtr, ConstTypedPtr, size_t);
-template void convert<double>(TypedPtr, ConstTypedPtr, size_t);
-template void convert<bf16>(TypedPtr, ConstTypedPtr, size_t);
-template void convert<fp16>(TypedPtr, ConstTypedPtr, size_t);
-template void zero<float>(float*, size_t);
-template void zero<double>(double*, size_t);
-template void residual_forward<float>(float*, const float*, const float*, size_t);
-template void residual_forward<double>(double*, const double*, const double*, size_t);
-template void scale<float>(float*, size_t, float);
-template void scale<double>(double*, size_t, double);
+#define LOOM_INSTANTIATE(T)                                 \
+  template void convert<T>(TypedPtr, ConstTypedPtr, size_t); \
+  template void zero<T>(T*, size_t);                         \
+  template void residual_forward<T>(T*, const T*, const T*, size_t); \
+  template void scale<T>(acc_t<T>*, size_t, acc_t<T>);
+LOOM_INSTANTIATE(float)
+LOOM_INSTANTIATE(double)
+LOOM_INSTANTIATE(bf16)
+LOOM_INSTANTIATE(fp16)
+#undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

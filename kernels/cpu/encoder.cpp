@@ -1,6 +1,8 @@
-// Token + position embedding.
+// Token + position embedding. 16-bit storage: the sum is formed in fp32 and rounded once; the
+// embedding gradients are fp32 (Fp32), accumulated in fp32 from the widened dout.
 #include <algorithm>
 
+#include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 
 namespace loom::cpu {
@@ -15,13 +17,23 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
     const T* e = wte + static_cast<size_t>(mine ? row : 0) * C;
     const T* p = wpe ? wpe + static_cast<size_t>(bt % Tn) * C : nullptr;
     T* o = out + static_cast<size_t>(bt) * C;
-    for (int c = 0; c < C; ++c) o[c] = (mine ? e[c] : T(0)) + (p ? p[c] : T(0));
+    if constexpr (!is_16bit<T>) {
+      for (int c = 0; c < C; ++c) o[c] = (mine ? e[c] : T(0)) + (p ? p[c] : T(0));
+    } else {  // widen the two rows, add, round once
+      float* s = fp32_scratch(0, C);
+      float* q = fp32_scratch(1, C);
+      if (mine) widen(e, s, C); else std::fill(s, s + C, 0.f);
+      if (p) widen(p, q, C); else std::fill(q, q + C, 0.f);
+      for (int c = 0; c < C; ++c) s[c] += q[c];
+      narrow(s, o, C);
+    }
   }
 }
 
 template <typename T>
 void encoder_backward(acc_t<T>* dwte, acc_t<T>* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C,
                       int vocab_start, int vocab_rows) {
+  using A = acc_t<T>;
   // Threads own disjoint column blocks, and rows are visited in order, so every sum is formed in
   // the same order whatever the thread count: no races, bitwise-reproducible.
   const int nblocks = (C + kColumnBlock - 1) / kColumnBlock;
@@ -31,21 +43,33 @@ void encoder_backward(acc_t<T>* dwte, acc_t<T>* dwpe, const T* dout, const int32
     for (int bt = 0; bt < B * Tn; ++bt) {
       const T* d = dout + static_cast<size_t>(bt) * C;
       const int row = tokens[bt] - vocab_start;
+      const A* dc;  // this block's slice [c0, c1) of the row, as acc_t
+      alignas(64) float buf[kColumnBlock];
+      if constexpr (is_16bit<T>) {
+        widen(d + c0, buf, c1 - c0);
+        dc = buf;
+      } else {
+        dc = d + c0;
+      }
       if (row >= 0 && row < vocab_rows) {
-        T* e = dwte + static_cast<size_t>(row) * C;
-        for (int c = c0; c < c1; ++c) e[c] += d[c];
+        A* e = dwte + static_cast<size_t>(row) * C;
+        for (int c = c0; c < c1; ++c) e[c] += dc[c - c0];
       }
       if (dwpe) {
-        T* p = dwpe + static_cast<size_t>(bt % Tn) * C;
-        for (int c = c0; c < c1; ++c) p[c] += d[c];
+        A* p = dwpe + static_cast<size_t>(bt % Tn) * C;
+        for (int c = c0; c < c1; ++c) p[c] += dc[c - c0];
       }
     }
   }
 }
 
-template void encoder_forward<float>(float*, const int32_t*, const float*, const float*, int, int, int, int, int);
-template void encoder_forward<double>(double*, const int32_t*, const double*, const double*, int, int, int, int, int);
-template void encoder_backward<float>(float*, float*, const float*, const int32_t*, int, int, int, int, int);
-template void encoder_backward<double>(double*, double*, const double*, const int32_t*, int, int, int, int, int);
+#define LOOM_INSTANTIATE(T)                                                                                   \
+  template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, int, int);          \
+  template void encoder_backward<T>(acc_t<T>*, acc_t<T>*, const T*, const int32_t*, int, int, int, int, int);
+LOOM_INSTANTIATE(float)
+LOOM_INSTANTIATE(double)
+LOOM_INSTANTIATE(bf16)
+LOOM_INSTANTIATE(fp16)
+#undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

@@ -1,54 +1,148 @@
-// Linear layers: out = inp @ W^T + bias, through Eigen -> OpenBLAS gemm.
+// Linear layers: out = inp @ W^T + bias.
+//   float, double  Eigen -> OpenBLAS gemm (the reference).
+//   bf16, fp16     oneDNN matmul primitives (onednn_gemm.hpp): 16-bit inputs, fp32
+//                  accumulation, the bias added in fp32, a 16-bit output rounded once; dW is an
+//                  fp32 destination accumulated with a sum post-op. Where oneDNN cannot run the
+//                  dtype (no oneDNN in the build; fp16 on a CPU without AVX512_FP16: oneDNN 2.6 has
+//                  no f16 matmul for it) or LOOM_CPU_MATMUL=reference is set, the inputs are
+//                  widened to fp32 scratch and the fp32 op runs on them, its results rounded once:
+//                  correct, and slower than fp32 itself (the conversions come on top).
+//   LOOM_CPU_MATMUL=onednn also runs the fp32 matmuls through oneDNN (opt-in: ~1.4-2x OpenBLAS
+//                  at GPT-2 small-model shapes on Zen 5, but its sums are in another order than
+//                  the reference's, so fp32 results are no longer bit-identical to the default).
+// dbias is summed in acc_t over column blocks, rows in order: deterministic in every path.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
+#include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/eigen_maps.hpp"
+#include "kernels/cpu/onednn_gemm.hpp"
 
 namespace loom::cpu {
+namespace {
+
+// LOOM_CPU_MATMUL=reference: the 16-bit matmuls take the widen-to-fp32 path (tests compare the
+// oneDNN path against it). Read at every call, so a test can switch it with setenv.
+bool matmul_mode_is(const char* mode) {
+  const char* v = std::getenv("LOOM_CPU_MATMUL");
+  return v && std::strcmp(v, mode) == 0;
+}
+bool reference_requested() { return matmul_mode_is("reference"); }
+bool onednn_fp32_requested() { return matmul_mode_is("onednn"); }
+
+// dbias (OC) += column sums of dout (N, OC), in acc_t; threads own column blocks.
+template <typename T>
+void bias_backward(acc_t<T>* dbias, const T* dout, int N, int OC) {
+  using A = acc_t<T>;
+  const int nblocks = (OC + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; ++blk) {
+    const int c0 = blk * kColumnBlock, c1 = std::min(OC, c0 + kColumnBlock);
+    A acc[kColumnBlock] = {};
+    for (int i = 0; i < N; ++i) {
+      const T* d = dout + static_cast<size_t>(i) * OC;
+      for (int c = c0; c < c1; ++c) acc[c - c0] += A(d[c]);
+    }
+    for (int c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
+  }
+}
+
+// fp32 scratch slots of the widening path (this thread's; the ops below run outside any
+// parallel region).
+enum Slot { kInp = 4, kW, kOut, kBias };
+
+template <typename T>
+float* widened_copy(int slot, const T* x, size_t n) {
+  float* f = fp32_scratch(slot, n);
+  widen_parallel(x, f, n);
+  return f;
+}
+
+}  // namespace
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
-  MatMap<T> O(out, N, OC);
-  ConstMatMap<T> X(inp, N, C), W(w, OC, C);
-  if (bias) {
-    // Seed every row with the bias, then accumulate the product (gemm with beta = 1).
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_fp32_requested()) {
+      onednn::GemmDesc d{DType::f32, DType::f32, N, C, OC, false, true, bias != nullptr, false};
+      if (onednn::gemm(d, out, inp, w, bias)) return;
+    }
+  }
+  if constexpr (!is_16bit<T>) {
+    MatMap<T> O(out, N, OC);
+    ConstMatMap<T> X(inp, N, C), W(w, OC, C);
+    if (bias) {
+      // Seed every row with the bias, then accumulate the product (gemm with beta = 1).
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; ++i) std::memcpy(out + static_cast<size_t>(i) * OC, bias, sizeof(T) * OC);
-    O.noalias() += X * W.transpose();
+      for (int i = 0; i < N; ++i) std::memcpy(out + static_cast<size_t>(i) * OC, bias, sizeof(T) * OC);
+      O.noalias() += X * W.transpose();
+    } else {
+      O.noalias() = X * W.transpose();
+    }
   } else {
-    O.noalias() = X * W.transpose();
+    onednn::GemmDesc d;
+    d.in = d.out = dtype_of<T>;
+    d.M = N, d.K = C, d.N = OC, d.b_trans = true, d.bias = bias != nullptr;
+    if (!reference_requested() && onednn::gemm(d, out, inp, w, bias)) return;
+    float* of = fp32_scratch(kOut, size_t(N) * OC);
+    matmul_forward<float>(of, widened_copy(kInp, inp, size_t(N) * C), widened_copy(kW, w, size_t(OC) * C),
+                          bias ? widened_copy(kBias, bias, OC) : nullptr, N, C, OC);
+    narrow_parallel(of, out, size_t(N) * OC);
   }
 }
 
 template <typename T>
-void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, const T* inp, const T* w, int N, int C, int OC) {
-  ConstMatMap<T> D(dout, N, OC), X(inp, N, C), W(w, OC, C);
-  if (dinp) {
-    MatMap<T> DI(dinp, N, C);
-    DI.noalias() = D * W;
-  }
-  MatMap<T> DW(dw, OC, C);
-  DW.noalias() += D.transpose() * X;
-  if (dbias) {
-    const int nblocks = (OC + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nblocks; ++blk) {
-      const int c0 = blk * kColumnBlock, c1 = std::min(OC, c0 + kColumnBlock);
-      T acc[kColumnBlock] = {};
-      for (int i = 0; i < N; ++i) {
-        const T* d = dout + static_cast<size_t>(i) * OC;
-        for (int c = c0; c < c1; ++c) acc[c - c0] += d[c];
-      }
-      for (int c = c0; c < c1; ++c) dbias[c] += acc[c - c0];
+void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, const T* inp, const T* w, int N, int C,
+                     int OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    onednn::GemmDesc di{DType::f32, DType::f32, N, OC, C, false, false, false, false};
+    onednn::GemmDesc dwd{DType::f32, DType::f32, OC, N, C, true, false, false, true};
+    if (onednn_fp32_requested() && onednn::supported(dwd) && onednn::supported(di)) {
+      onednn::gemm(dwd, dw, dout, inp, nullptr);
+      if (dinp) onednn::gemm(di, dinp, dout, w, nullptr);
+      if (dbias) bias_backward(dbias, dout, N, OC);
+      return;
     }
+  }
+  if constexpr (!is_16bit<T>) {
+    ConstMatMap<T> D(dout, N, OC), X(inp, N, C), W(w, OC, C);
+    if (dinp) {
+      MatMap<T> DI(dinp, N, C);
+      DI.noalias() = D * W;
+    }
+    MatMap<T> DW(dw, OC, C);
+    DW.noalias() += D.transpose() * X;
+    if (dbias) bias_backward(dbias, dout, N, OC);
+  } else {
+    if (!reference_requested()) {
+      // dinp (N,C) = dout (N,OC) @ W (OC,C); dW (OC,C) += dout^T @ inp (fp32, accumulated).
+      onednn::GemmDesc di{dtype_of<T>, dtype_of<T>, N, OC, C, false, false, false, false};
+      onednn::GemmDesc dwd{dtype_of<T>, DType::f32, OC, N, C, true, false, false, true};
+      if (onednn::supported(dwd) && (!dinp || onednn::supported(di))) {
+        onednn::gemm(dwd, dw, dout, inp, nullptr);
+        if (dinp) onednn::gemm(di, dinp, dout, w, nullptr);
+        if (dbias) bias_backward(dbias, dout, N, OC);
+        return;
+      }
+    }
+    float* df = widened_copy(kOut, dout, size_t(N) * OC);
+    float* dif = dinp ? fp32_scratch(kBias, size_t(N) * C) : nullptr;
+    matmul_backward<float>(dif, dw, dbias, df, widened_copy(kInp, inp, size_t(N) * C),
+                           widened_copy(kW, w, size_t(OC) * C), N, C, OC);
+    if (dinp) narrow_parallel(dif, dinp, size_t(N) * C);
   }
 }
 
-template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int);
-template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int);
-template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int);
-template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int,
-                                      int, int);
+#define LOOM_INSTANTIATE(T)                                                                          \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);                  \
+  template void matmul_backward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, int, int);
+LOOM_INSTANTIATE(float)
+LOOM_INSTANTIATE(double)
+LOOM_INSTANTIATE(bf16)
+LOOM_INSTANTIATE(fp16)
+#undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

@@ -39,5 +39,10 @@ template double sum_squares<float>(const float*, size_t);
 template double sum_squares<double>(const double*, size_t);
 template double sum<float>(const float*, size_t);
 template double sum<double>(const double*, size_t);
+// The 16-bit instantiations read fp32 buffers (CFp32), as the float one.
+template double sum_squares<bf16>(const float*, size_t);
+template double sum_squares<fp16>(const float*, size_t);
+template double sum<bf16>(const float*, size_t);
+template double sum<fp16>(const float*, size_t);
 
 }  // namespace loom::cpu
