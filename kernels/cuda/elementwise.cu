@@ -1,6 +1,7 @@
 // Elementwise ops over flat buffers: zero (a memset of any dtype), GELU (tanh approximation,
-// GPT-2) and residual add in the compute dtype (float math), scale and AdamW (fp32 only) (PyTorch's formulation, bias corrections computed in double on the host
-// as the CPU reference does), and dtype conversion. One thread per element, grid-stride loops.
+// GPT-2) and residual add in the compute dtype (float math), scale and AdamW (fp32 only;
+// PyTorch's formulation, bias corrections computed in double on the host as the CPU reference
+// does), and dtype conversion. One thread per element, grid-stride loops.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -94,9 +94,9 @@ void gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int
   int found = 0;
   LOOM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
   if (found == 0)
-    throw std::runtime_error(std::string("cuBLASLt: no algorithm for this matmul (A/B ") + dtype_name(dtype_of_storage<S>()) +
-                             ", D " + dtype_name(dtype_of_storage<DT>()) + ", m " + std::to_string(m) + " n " +
-                             std::to_string(n) + " k " + std::to_string(k) + ")");
+    throw std::runtime_error(std::string("cuBLASLt: no algorithm for this matmul (A/B ") +
+                             dtype_name(dtype_of_storage<S>()) + ", D " + dtype_name(dtype_of_storage<DT>()) + ", m " +
+                             std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + ")");
   const float alpha = 1.0f;
   LOOM_CUDA_CHECK(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ws.ptr, limit,
                                  stream));

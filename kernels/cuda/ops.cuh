@@ -1,8 +1,7 @@
 #pragma once
 // The CUDA kernels of the backend, one op (forward and backward) per .cu file, matching the CPU
-// reference op for op. One launcher per op of
-// kernels/backend_ops.def (which has the contracts), declared here from that list: the op's own
-// parameters, then the Context. Every launcher runs on ctx.stream; reductions are deterministic
+// reference op for op. One launcher per op of kernels/backend_ops.def (which has the contracts),
+// declared here from that list: the op's own parameters, then the Context. Every launcher runs on ctx.stream; reductions are deterministic
 // (fixed partitions, summed in a fixed order: no float atomics), so results do not change from
 // run to run.
 //
@@ -75,9 +74,11 @@ class Context {
 // Where a .cu file departs from the plain one-kernel pattern:
 //   encoder.cu    backward buckets the positions by token on the host (tokens are small, and the
 //                 stream is synchronised to read them), then sums each bucket in order on the device.
-//   matmul.cu     cuBLASLt with fp32 compute; the bias gradient by deterministic column sums.
+//   matmul.cu     cuBLASLt with fp32 compute, A/B in the compute dtype, dW in fp32; the bias
+//                 gradient by deterministic column sums.
 //   attention.cu  fused causal attention (online softmax; no T x T matrix in memory): `saved`
-//                 holds the log-sum-exp of each (b, h, t) row, B * NH * T floats.
+//                 holds the log-sum-exp of each (b, h, t) row, B * NH * T floats (fp32 in
+//                 every compute dtype).
 //   reduce.cu     sum and sum_squares in double over a fixed grid; they return the result, so
 //                 they synchronise the stream.
 
