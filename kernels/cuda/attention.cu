@@ -1,4 +1,4 @@
-// Fused causal self-attention, fp32, flash-attention's algorithm without its tiling: no T x T
+// Fused causal self-attention, flash-attention's algorithm without its tiling: no T x T
 // score matrix is ever stored. Forward: one warp per query row (b, h, i) walks the keys j <= i
 // with an online softmax (running max and sum), accumulating the output in registers, and saves
 // the row's log-sum-exp. Backward recomputes the probabilities from it:
@@ -6,11 +6,14 @@
 //   dQ_i = s * sum_{j<=i} dS_ij k_j        (a warp per query row)
 //   dK_j = s * sum_{i>=j} dS_ij q_i,  dV_j = sum_{i>=j} P_ij dO_i   (a warp per key row)
 // Every sum runs in a fixed order in one warp: deterministic, no atomics. Head size <= 256.
+// qkv, out, dout and dqkv in the compute dtype (loaded to float); scores, the softmax, the
+// log-sum-exp (saved, fp32) and D (fp32 workspace) in fp32.
 // This is the correctness-first version; shared-memory tiling of K/V blocks (the flash speed)
 // is the next step once it can be measured on a GPU.
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace loom::cuda {
@@ -38,31 +41,33 @@ __device__ bool warp_row(int B, int T, int NH, Row& r) {
 }
 
 // Row pointers of (b, t, head h) in qkv (B, T, 3C): q, k, v.
-__device__ const float* q_row(const float* qkv, int b, int t, int h, int T, int C, int hs) {
+template <typename S>
+__device__ const S* q_row(const S* qkv, int b, int t, int h, int T, int C, int hs) {
   return qkv + (size_t(b) * T + t) * 3 * C + size_t(h) * hs;
 }
 
-__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+template <typename S>
+__global__ void attention_forward_kernel(S* out, float* lse, const S* qkv, int B, int T, int C, int NH) {
   Row w;
   if (!warp_row(B, T, NH, w)) return;
   const int i = w.t, h = w.h, b = w.b, lane = w.lane;
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
-  const float* q = q_row(qkv, b, i, h, T, C, hs);
+  const S* q = q_row(qkv, b, i, h, T, C, hs);
   float qr[kMaxPerLane], acc[kMaxPerLane];
   for (int r = 0; r < kMaxPerLane; ++r) {
     const int d = lane + 32 * r;
-    qr[r] = d < hs ? q[d] : 0.0f;
+    qr[r] = d < hs ? load(q[d]) : 0.0f;
     acc[r] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j <= i; ++j) {
-    const float* k = q_row(qkv, b, j, h, T, C, hs) + C;
-    const float* v = k + C;
+    const S* k = q_row(qkv, b, j, h, T, C, hs) + C;
+    const S* v = k + C;
     float s = 0;
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
-      if (d < hs) s += qr[r] * k[d];
+      if (d < hs) s += qr[r] * load(k[d]);
     }
     s = warp_sum(s) * scale;
     const float m_new = fmaxf(m, s);
@@ -70,34 +75,35 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     l = l * corr + p;
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
-      if (d < hs) acc[r] = acc[r] * corr + p * v[d];
+      if (d < hs) acc[r] = acc[r] * corr + p * load(v[d]);
     }
     m = m_new;
   }
-  float* o = out + (size_t(b) * T + i) * C + size_t(h) * hs;
+  S* o = out + (size_t(b) * T + i) * C + size_t(h) * hs;
   for (int r = 0; r < kMaxPerLane; ++r) {
     const int d = lane + 32 * r;
-    if (d < hs) o[d] = acc[r] / l;
+    if (d < hs) o[d] = store<S>(acc[r] / l);
   }
   if (lane == 0) lse[(size_t(b) * NH + h) * T + i] = m + logf(l);
 }
 
 // D (B, NH, T) = dO . O per row.
-__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int C,
-                                       int NH) {
+template <typename S>
+__global__ void attention_delta_kernel(float* delta, const S* dout, const S* out, int B, int T, int C, int NH) {
   Row w;
   if (!warp_row(B, T, NH, w)) return;
   const int i = w.t, h = w.h, b = w.b, lane = w.lane;
   const int hs = C / NH;
   const size_t off = (size_t(b) * T + i) * C + size_t(h) * hs;
   float s = 0;
-  for (int d = lane; d < hs; d += 32) s += dout[off + d] * out[off + d];
+  for (int d = lane; d < hs; d += 32) s += load(dout[off + d]) * load(out[off + d]);
   s = warp_sum(s);
   if (lane == 0) delta[(size_t(b) * NH + h) * T + i] = s;
 }
 
-__global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                    const float* delta, int B, int T, int C, int NH) {
+template <typename S>
+__global__ void attention_dq_kernel(S* dqkv, const S* dout, const S* qkv, const float* lse, const float* delta, int B,
+                                    int T, int C, int NH) {
   Row w;
   if (!warp_row(B, T, NH, w)) return;
   const int i = w.t, h = w.h, b = w.b, lane = w.lane;
@@ -105,24 +111,24 @@ __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float*
   const float scale = rsqrtf(float(hs));
   const size_t row = (size_t(b) * NH + h) * T + i;
   const float L = lse[row], Di = delta[row];
-  const float* q = q_row(qkv, b, i, h, T, C, hs);
-  const float* go = dout + (size_t(b) * T + i) * C + size_t(h) * hs;
+  const S* q = q_row(qkv, b, i, h, T, C, hs);
+  const S* go = dout + (size_t(b) * T + i) * C + size_t(h) * hs;
   float qr[kMaxPerLane], gr[kMaxPerLane], acc[kMaxPerLane];
   for (int r = 0; r < kMaxPerLane; ++r) {
     const int d = lane + 32 * r;
-    qr[r] = d < hs ? q[d] : 0.0f;
-    gr[r] = d < hs ? go[d] : 0.0f;
+    qr[r] = d < hs ? load(q[d]) : 0.0f;
+    gr[r] = d < hs ? load(go[d]) : 0.0f;
     acc[r] = 0.0f;
   }
   for (int j = 0; j <= i; ++j) {
-    const float* k = q_row(qkv, b, j, h, T, C, hs) + C;
-    const float* v = k + C;
+    const S* k = q_row(qkv, b, j, h, T, C, hs) + C;
+    const S* v = k + C;
     float s = 0, dp = 0;
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
       if (d < hs) {
-        s += qr[r] * k[d];
-        dp += gr[r] * v[d];
+        s += qr[r] * load(k[d]);
+        dp += gr[r] * load(v[d]);
       }
     }
     s = warp_sum(s) * scale;
@@ -130,42 +136,43 @@ __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float*
     const float p = expf(s - L), ds = p * (dp - Di);
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
-      if (d < hs) acc[r] += ds * k[d];
+      if (d < hs) acc[r] += ds * load(k[d]);
     }
   }
-  float* dq = dqkv + (size_t(b) * T + i) * 3 * C + size_t(h) * hs;
+  S* dq = dqkv + (size_t(b) * T + i) * 3 * C + size_t(h) * hs;
   for (int r = 0; r < kMaxPerLane; ++r) {
     const int d = lane + 32 * r;
-    if (d < hs) dq[d] = acc[r] * scale;
+    if (d < hs) dq[d] = store<S>(acc[r] * scale);
   }
 }
 
-__global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                     const float* delta, int B, int T, int C, int NH) {
+template <typename S>
+__global__ void attention_dkv_kernel(S* dqkv, const S* dout, const S* qkv, const float* lse, const float* delta, int B,
+                                     int T, int C, int NH) {
   Row w;
   if (!warp_row(B, T, NH, w)) return;
   const int j = w.t, h = w.h, b = w.b, lane = w.lane;
   const int hs = C / NH;
   const float scale = rsqrtf(float(hs));
-  const float* k = q_row(qkv, b, j, h, T, C, hs) + C;
-  const float* v = k + C;
+  const S* k = q_row(qkv, b, j, h, T, C, hs) + C;
+  const S* v = k + C;
   float kr[kMaxPerLane], vr[kMaxPerLane], dk[kMaxPerLane], dv[kMaxPerLane];
   for (int r = 0; r < kMaxPerLane; ++r) {
     const int d = lane + 32 * r;
-    kr[r] = d < hs ? k[d] : 0.0f;
-    vr[r] = d < hs ? v[d] : 0.0f;
+    kr[r] = d < hs ? load(k[d]) : 0.0f;
+    vr[r] = d < hs ? load(v[d]) : 0.0f;
     dk[r] = dv[r] = 0.0f;
   }
   for (int i = j; i < T; ++i) {
-    const float* q = q_row(qkv, b, i, h, T, C, hs);
-    const float* go = dout + (size_t(b) * T + i) * C + size_t(h) * hs;
+    const S* q = q_row(qkv, b, i, h, T, C, hs);
+    const S* go = dout + (size_t(b) * T + i) * C + size_t(h) * hs;
     const size_t row = (size_t(b) * NH + h) * T + i;
     float s = 0, dp = 0;
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
       if (d < hs) {
-        s += q[d] * kr[r];
-        dp += go[d] * vr[r];
+        s += load(q[d]) * kr[r];
+        dp += load(go[d]) * vr[r];
       }
     }
     s = warp_sum(s) * scale;
@@ -174,18 +181,18 @@ __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
       if (d < hs) {
-        dk[r] += ds * q[d];
-        dv[r] += p * go[d];
+        dk[r] += ds * load(q[d]);
+        dv[r] += p * load(go[d]);
       }
     }
   }
-  float* dkp = dqkv + (size_t(b) * T + j) * 3 * C + C + size_t(h) * hs;
-  float* dvp = dkp + C;
+  S* dkp = dqkv + (size_t(b) * T + j) * 3 * C + C + size_t(h) * hs;
+  S* dvp = dkp + C;
   for (int r = 0; r < kMaxPerLane; ++r) {
     const int d = lane + 32 * r;
     if (d < hs) {
-      dkp[d] = dk[r] * scale;
-      dvp[d] = dv[r];
+      dkp[d] = store<S>(dk[r] * scale);
+      dvp[d] = store<S>(dv[r]);
     }
   }
 }
@@ -198,17 +205,24 @@ void check_head_size(int C, int NH) {
 
 }  // namespace
 
-// `saved` is the log-sum-exp of each (b, h, t) row: B * NH * T floats.
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, Context& ctx) {
+// `saved` is the log-sum-exp of each (b, h, t) row: B * NH * T floats, whatever the compute dtype.
+void attention_forward(TypedPtr out, void* saved, ConstTypedPtr qkv, int B, int T, int C, int NH, Context& ctx) {
+  const DType dt = act_dtype("attention_forward", out, qkv);
   check_head_size(C, NH);
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
-  attention_forward_kernel<<<blocks_for(rows, 4), 128, 0, ctx.stream>>>(out, lse, qkv, B, T, C, NH);
+  float* lse = static_cast<float*>(saved);
+  dispatch_act("attention_forward", dt, [&](auto tag) {
+    using S = decltype(tag);
+    attention_forward_kernel<<<blocks_for(rows, 4), 128, 0, ctx.stream>>>(act_mut<S>(out), lse, act<S>(qkv), B, T, C,
+                                                                          NH);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH, Context& ctx) {
+void attention_backward(TypedPtr dqkv, ConstTypedPtr dout, ConstTypedPtr qkv, ConstTypedPtr out, const void* saved,
+                        int B, int T, int C, int NH, Context& ctx) {
+  const DType dt = act_dtype("attention_backward", dqkv, dout, qkv, out);
   const Workspace ws = ctx.workspace(size_t(B) * NH * T * sizeof(float));  // delta: a float per row
   const cudaStream_t stream = ctx.stream;
   check_head_size(C, NH);
@@ -216,12 +230,18 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   if (rows == 0) return;
   if (ws.bytes < rows * sizeof(float)) throw std::runtime_error("attention_backward: workspace too small");
   float* delta = static_cast<float*>(ws.ptr);
-  attention_delta_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(delta, dout, out, B, T, C, NH);
-  LOOM_CUDA_LAUNCHED();
-  attention_dq_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(dqkv, dout, qkv, lse, delta, B, T, C, NH);
-  LOOM_CUDA_LAUNCHED();
-  attention_dkv_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(dqkv, dout, qkv, lse, delta, B, T, C, NH);
-  LOOM_CUDA_LAUNCHED();
+  const float* lse = static_cast<const float*>(saved);
+  dispatch_act("attention_backward", dt, [&](auto tag) {
+    using S = decltype(tag);
+    attention_delta_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(delta, act<S>(dout), act<S>(out), B, T, C, NH);
+    LOOM_CUDA_LAUNCHED();
+    attention_dq_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(act_mut<S>(dqkv), act<S>(dout), act<S>(qkv), lse,
+                                                                 delta, B, T, C, NH);
+    LOOM_CUDA_LAUNCHED();
+    attention_dkv_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(act_mut<S>(dqkv), act<S>(dout), act<S>(qkv), lse,
+                                                                  delta, B, T, C, NH);
+    LOOM_CUDA_LAUNCHED();
+  });
 }
 
 }  // namespace loom::cuda

@@ -2,10 +2,13 @@
 // row, three passes over the row (max, sum of exponentials, then loss and gradient written in
 // place), so the probabilities are never stored. The vocab-parallel variant splits the same
 // computation at the two points where the tensor-parallel group must reduce (max, then sum and
-// target logit). Padding columns never enter a max or a sum and get a zero gradient.
+// target logit). Padding columns never enter a max or a sum and get a zero gradient. Logits in
+// the compute dtype (the gradient is written back in it), all softmax math, losses, maxes and
+// partials in fp32.
 #include <cfloat>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace loom::cuda {
@@ -30,52 +33,61 @@ __device__ float block_reduce(float x) {
   return r;
 }
 
-__device__ float row_max(const float* row, int n) {
+template <typename S>
+__device__ float row_max(const S* row, int n) {
   float m = -INFINITY;
-  for (int j = threadIdx.x; j < n; j += kThreads) m = fmaxf(m, row[j]);
+  for (int j = threadIdx.x; j < n; j += kThreads) m = fmaxf(m, load(row[j]));
   return block_reduce<true>(m);
 }
 
-__device__ float row_sumexp(const float* row, int n, float mx) {
+template <typename S>
+__device__ float row_sumexp(const S* row, int n, float mx) {
   float s = 0;
-  for (int j = threadIdx.x; j < n; j += kThreads) s += expf(row[j] - mx);
+  for (int j = threadIdx.x; j < n; j += kThreads) s += expf(load(row[j]) - mx);
   return block_reduce<false>(s);
 }
 
-__device__ void write_grad(float* row, int v_real, int width, int target, float lse, float dloss) {
-  for (int j = threadIdx.x; j < v_real; j += kThreads) row[j] = dloss * (expf(row[j] - lse) - (j == target ? 1.0f : 0.0f));
-  for (int j = v_real + threadIdx.x; j < width; j += kThreads) row[j] = 0.0f;
+// Each element is read and then overwritten by the same thread.
+template <typename S>
+__device__ void write_grad(S* row, int v_real, int width, int target, float lse, float dloss) {
+  for (int j = threadIdx.x; j < v_real; j += kThreads)
+    row[j] = store<S>(dloss * (expf(load(row[j]) - lse) - (j == target ? 1.0f : 0.0f)));
+  for (int j = v_real + threadIdx.x; j < width; j += kThreads) row[j] = store<S>(0.0f);
 }
 
-__global__ void softmax_ce_kernel(float* losses, float* logits, const int32_t* targets, int V, int Vp, float dloss,
+template <typename S>
+__global__ void softmax_ce_kernel(float* losses, S* logits, const int32_t* targets, int V, int Vp, float dloss,
                                   bool grad) {
-  float* row = logits + size_t(blockIdx.x) * Vp;
+  S* row = logits + size_t(blockIdx.x) * Vp;
   const float mx = row_max(row, V);
   const float lse = mx + logf(row_sumexp(row, V, mx));
   const int t = targets[blockIdx.x];
-  const float target_logit = row[t];
+  const float target_logit = load(row[t]);
   __syncthreads();  // every thread has read row[t] before any gradient overwrites it
   if (threadIdx.x == 0) losses[blockIdx.x] = lse - target_logit;
   if (grad) write_grad(row, V, Vp, t, lse, dloss);
 }
 
-__global__ void ce_max_kernel(float* maxes, const float* logits, int Vl, int v_real) {
+template <typename S>
+__global__ void ce_max_kernel(float* maxes, const S* logits, int Vl, int v_real) {
   const float m = row_max(logits + size_t(blockIdx.x) * Vl, v_real);
   if (threadIdx.x == 0) maxes[blockIdx.x] = m;
 }
 
-__global__ void ce_partials_kernel(float* partials, const float* logits, const float* maxes, const int32_t* targets,
+template <typename S>
+__global__ void ce_partials_kernel(float* partials, const S* logits, const float* maxes, const int32_t* targets,
                                    int N, int Vl, int v_real, int vocab_start) {
-  const float* row = logits + size_t(blockIdx.x) * Vl;
+  const S* row = logits + size_t(blockIdx.x) * Vl;
   const float s = v_real > 0 ? row_sumexp(row, v_real, maxes[blockIdx.x]) : 0.0f;
   if (threadIdx.x == 0) {
     const int t = targets[blockIdx.x] - vocab_start;
     partials[blockIdx.x] = s;
-    partials[N + blockIdx.x] = (t >= 0 && t < v_real) ? row[t] : 0.0f;
+    partials[N + blockIdx.x] = (t >= 0 && t < v_real) ? load(row[t]) : 0.0f;
   }
 }
 
-__global__ void ce_finish_kernel(float* losses, float* logits, const float* maxes, const float* partials,
+template <typename S>
+__global__ void ce_finish_kernel(float* losses, S* logits, const float* maxes, const float* partials,
                                  const int32_t* targets, int N, int Vl, int v_real, int vocab_start, float dloss,
                                  bool grad) {
   const int i = blockIdx.x;
@@ -86,32 +98,49 @@ __global__ void ce_finish_kernel(float* losses, float* logits, const float* maxe
 
 }  // namespace
 
-void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V, int Vp, float dloss,
+void softmax_crossentropy(float* losses, TypedPtr logits, const int32_t* targets, int N, int V, int Vp, float dloss,
                           bool write_grad, Context& ctx) {
+  const DType dt = act_dtype("softmax_crossentropy", logits);
   if (N == 0) return;
-  softmax_ce_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, logits, targets, V, Vp, dloss, write_grad);
+  dispatch_act("softmax_crossentropy", dt, [&](auto tag) {
+    using S = decltype(tag);
+    softmax_ce_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, act_mut<S>(logits), targets, V, Vp, dloss, write_grad);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 
-void crossentropy_max(float* maxes, const float* logits, int N, int Vl, int v_real, Context& ctx) {
+void crossentropy_max(float* maxes, ConstTypedPtr logits, int N, int Vl, int v_real, Context& ctx) {
+  const DType dt = act_dtype("crossentropy_max", logits);
   if (N == 0) return;
-  ce_max_kernel<<<N, kThreads, 0, ctx.stream>>>(maxes, logits, Vl, v_real);
+  dispatch_act("crossentropy_max", dt, [&](auto tag) {
+    using S = decltype(tag);
+    ce_max_kernel<<<N, kThreads, 0, ctx.stream>>>(maxes, act<S>(logits), Vl, v_real);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 
-void crossentropy_partials(float* partials, const float* logits, const float* maxes, const int32_t* targets, int N,
+void crossentropy_partials(float* partials, ConstTypedPtr logits, const float* maxes, const int32_t* targets, int N,
                            int Vl, int v_real, int vocab_start, Context& ctx) {
+  const DType dt = act_dtype("crossentropy_partials", logits);
   if (N == 0) return;
-  ce_partials_kernel<<<N, kThreads, 0, ctx.stream>>>(partials, logits, maxes, targets, N, Vl, v_real, vocab_start);
+  dispatch_act("crossentropy_partials", dt, [&](auto tag) {
+    using S = decltype(tag);
+    ce_partials_kernel<<<N, kThreads, 0, ctx.stream>>>(partials, act<S>(logits), maxes, targets, N, Vl, v_real,
+                                                       vocab_start);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 
-void crossentropy_finish(float* losses, float* logits, const float* maxes, const float* partials,
+void crossentropy_finish(float* losses, TypedPtr logits, const float* maxes, const float* partials,
                          const int32_t* targets, int N, int Vl, int v_real, int vocab_start, float dloss,
                          bool write_grad, Context& ctx) {
+  const DType dt = act_dtype("crossentropy_finish", logits);
   if (N == 0) return;
-  ce_finish_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, logits, maxes, partials, targets, N, Vl, v_real,
-                                                   vocab_start, dloss, write_grad);
+  dispatch_act("crossentropy_finish", dt, [&](auto tag) {
+    using S = decltype(tag);
+    ce_finish_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, act_mut<S>(logits), maxes, partials, targets, N, Vl,
+                                                     v_real, vocab_start, dloss, write_grad);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/ops.cuh"
-#include "kernels/typed_dispatch.hpp"
 
 namespace loom {
 namespace cuda {
@@ -65,6 +65,10 @@ class CudaBackend final : public Backend {
     sms_ = prop.multiProcessorCount;
     // FP32 lanes per SM: 64 on sm_70 and sm_80 (V100, A100), 128 on sm_86 and later (H100).
     fp32_lanes_ = (prop.major < 8 || (prop.major == 8 && prop.minor == 0)) ? 64 : 128;
+    major_ = prop.major;
+    minor_ = prop.minor;
+    // Dense 16-bit tensor-core FLOP per clock per SM (peak_flops has the sources).
+    tensor_flop_per_clock_ = prop.major >= 9 ? 4096 : prop.major == 8 ? 2048 : prop.major == 7 ? 1024 : 0;
     // Scratch for cuBLASLt (32 MiB, what Hopper kernels like) and the ops' partial sums; grown
     // on demand by Context::workspace().
     ctx_.workspace(size_t(32) << 20);
@@ -82,12 +86,31 @@ class CudaBackend final : public Backend {
     if (cudaDeviceGetPCIBusId(id, int(sizeof id), device_) != cudaSuccess) return "";
     return id;
   }
-  double peak_flops(DType) override {
-    // fp32 (no tensor cores) dense peak: SMs x FP32 lanes x 2 FLOP (FMA) x clock. The MFU
-    // denominator for this fp32 backend; bf16 tensor-core peaks come with the bf16 path.
+  double peak_flops(DType compute) override {
     int clock_khz = 0;
     cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_);
-    return double(sms_) * fp32_lanes_ * 2.0 * clock_khz * 1e3;
+    const double clock_hz = double(clock_khz) * 1e3;
+    // fp32 (no tensor cores: CUBLAS_COMPUTE_32F without TF32) dense peak: SMs x FP32 lanes x 2
+    // FLOP (FMA) x clock.
+    if (compute == DType::f32 || tensor_flop_per_clock_ == 0) return double(sms_) * fp32_lanes_ * 2.0 * clock_hz;
+    // bf16/fp16 inputs with fp32 accumulation on the tensor cores, dense (no 2:4 sparsity):
+    // SMs x FLOP per clock per SM x clock. Per SM: 4096 on sm_90 (H100 SXM: 132 SMs x 4096 x
+    // 1.83 GHz = 989.4 TFLOP/s, NVIDIA's dense BF16 figure; glennklockwood.com/garden/processors/h100
+    // lists 989.4 dense at 1.83 GHz), 2048 on sm_80 (A100: 108 x 2048 x 1.41 GHz = 312 TFLOP/s),
+    // 1024 fp16 on sm_70 (V100: 80 x 1024 x 1.53 GHz = 125). The clock is the device's reported
+    // maximum (1.98 GHz on H100 SXM, against the 1.83 GHz of NVIDIA's tensor figures): an upper
+    // bound, so MFU is not overstated. Consumer sm_86/89 parts run fp32-accumulate at a lower
+    // rate than sm_80; they are counted as sm_80 (an overestimate of the peak); sm_100 and later
+    // as sm_90 (an underestimate). Before sm_70: the fp32 peak.
+    return double(sms_) * tensor_flop_per_clock_ * clock_hz;
+  }
+  std::string precision_note(DType compute) const override {
+    if (compute == DType::bf16 && major_ < 8)
+      return "this GPU (sm_" + std::to_string(major_ * 10 + minor_) +
+             ") has no bf16 tensor cores: bf16 matmuls run without them, far below the bf16 peak";
+    if (compute == DType::f16 && major_ < 7)
+      return "this GPU (sm_" + std::to_string(major_ * 10 + minor_) + ") has no fp16 tensor cores";
+    return "";
   }
 
   void* alloc_bytes(size_t bytes) override {
@@ -109,14 +132,10 @@ class CudaBackend final : public Backend {
     return size_t(B) * NH * T * sizeof(float);  // the log-sum-exp, fp32 whatever the compute dtype
   }
 
-  // Each typed pointer checked against the launcher's parameter (kernels/typed_dispatch.hpp).
-  template <typename Fn, typename... A>
-  static decltype(auto) call_unwrapped(Fn* fn, A&&... args) {
-    return fn(typed::unwrap(std::forward<A>(args))...);
-  }
-  // Every op of kernels/backend_ops.def: the launcher of the same name (ops.cuh), with the context.
+  // Every op of kernels/backend_ops.def: the launcher of the same name (ops.cuh), with the
+  // context. The launchers take the typed pointers as they are and check their dtypes.
 #define LOOM_OP(RET, NAME, PARAMS, ARGS) \
-  RET NAME PARAMS override { return call_unwrapped(&cuda::NAME, LOOM_CUDA_UNPAREN ARGS, ctx_); }
+  RET NAME PARAMS override { return cuda::NAME(LOOM_CUDA_UNPAREN ARGS, ctx_); }
 #include "kernels/backend_op_types.inc"
 #include "kernels/backend_ops.def"
 
@@ -127,7 +146,7 @@ class CudaBackend final : public Backend {
     LOOM_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // host buffers may be reused on return
   }
 
-  int device_ = 0, sms_ = 0, fp32_lanes_ = 128;
+  int device_ = 0, sms_ = 0, fp32_lanes_ = 128, major_ = 0, minor_ = 0, tensor_flop_per_clock_ = 0;
   cuda::Context ctx_;  // the stream, the cuBLASLt handle and the scratch the ops borrow
 };
 

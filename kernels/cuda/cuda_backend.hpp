@@ -1,7 +1,8 @@
 #pragma once
-// The CUDA backend: the Backend interface (kernels/backend.hpp) on one GPU, fp32 storage and
-// compute (matmuls through cuBLASLt with fp32 compute), kernels in kernels/cuda/*.cu. All ops
-// run in order on one stream; reductions are deterministic. Builds with only the CUDA toolkit.
+// The CUDA backend: the Backend interface (kernels/backend.hpp) on one GPU, compute dtype fp32,
+// bf16 or fp16 with fp32 accumulation (matmuls through cuBLASLt with fp32 compute; which tensor
+// has which dtype: kernels/cuda/ops.cuh), kernels in kernels/cuda/*.cu. All ops run in order on
+// one stream; reductions are deterministic. Builds with only the CUDA toolkit.
 #include <memory>
 
 #include "kernels/backend.hpp"

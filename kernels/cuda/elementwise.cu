@@ -1,6 +1,7 @@
-// Elementwise ops over flat buffers: zero (a memset), GELU (tanh approximation, GPT-2), residual
-// add, scale, and AdamW (PyTorch's formulation, bias corrections computed in double on the host
-// as the CPU reference does), and dtype conversion. One thread per element, grid-stride loops.
+// Elementwise ops over flat buffers: zero (a memset of any dtype), GELU (tanh approximation,
+// GPT-2) and residual add in the compute dtype (float math), scale and AdamW (fp32 only;
+// PyTorch's formulation, bias corrections computed in double on the host as the CPU reference
+// does), and dtype conversion. One thread per element, grid-stride loops.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,6 +9,7 @@
 #include <stdexcept>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace loom::cuda {
@@ -18,25 +20,28 @@ constexpr float kGeluCubic = 0.044715f;
 
 unsigned grid_for(size_t n) { return unsigned(std::min<size_t>(blocks_for(n, 256), 65535 * 8)); }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+    const float x = load(inp[i]);
+    out[i] = store<T>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x))));
   }
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
+template <typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
+    const float x = load(inp[i]);
     const float th = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
     const float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] = dout[i] * g;  // dinp may alias dout: read before written, same element
+    dinp[i] = store<T>(load(dout[i]) * g);  // dinp may alias dout: read before written, same element
   }
 }
 
-__global__ void residual_kernel(float* out, const float* a, const float* b, size_t n) {
+template <typename T>
+__global__ void residual_kernel(T* out, const T* a, const T* b, size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    out[i] = a[i] + b[i];
+    out[i] = store<T>(load(a[i]) + load(b[i]));
 }
 
 __global__ void scale_kernel(float* x, size_t n, float s) {
@@ -55,23 +60,10 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   }
 }
 
-// Storage conversions on the device: through float, rounding to nearest even on the way down.
-__device__ inline float load_as_float(float x) { return x; }
-__device__ inline float load_as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float load_as_float(__half x) { return __half2float(x); }
-template <typename D>
-__device__ inline D store_from_float(float x);
-template <>
-__device__ inline float store_from_float<float>(float x) { return x; }
-template <>
-__device__ inline __nv_bfloat16 store_from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ inline __half store_from_float<__half>(float x) { return __float2half_rn(x); }
-
 template <typename D, typename S>
 __global__ void convert_kernel(D* dst, const S* src, size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    dst[i] = store_from_float<D>(load_as_float(src[i]));
+    dst[i] = store<D>(load(src[i]));
 }
 
 template <typename D>
@@ -99,23 +91,38 @@ void convert(TypedPtr dst, ConstTypedPtr src, size_t n, Context& ctx) {
   }
 }
 
-void zero(float* p, size_t n, Context& ctx) { LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), ctx.stream)); }
+void zero(TypedPtr p, size_t n, Context& ctx) {
+  if (!n || !p.data) return;
+  LOOM_CUDA_CHECK(cudaMemsetAsync(p.data, 0, n * dtype_size(p.dtype), ctx.stream));
+}
 
-void gelu_forward(float* out, const float* inp, size_t n, Context& ctx) {
+void gelu_forward(TypedPtr out, ConstTypedPtr inp, size_t n, Context& ctx) {
+  const DType dt = act_dtype("gelu_forward", out, inp);
   if (!n) return;
-  gelu_forward_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(out, inp, n);
+  dispatch_act("gelu_forward", dt, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_forward_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(act_mut<T>(out), act<T>(inp), n);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n, Context& ctx) {
+void gelu_backward(TypedPtr dinp, ConstTypedPtr inp, ConstTypedPtr dout, size_t n, Context& ctx) {
+  const DType dt = act_dtype("gelu_backward", dinp, inp, dout);
   if (!n) return;
-  gelu_backward_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(dinp, inp, dout, n);
+  dispatch_act("gelu_backward", dt, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_backward_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(act_mut<T>(dinp), act<T>(inp), act<T>(dout), n);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 
-void residual_forward(float* out, const float* a, const float* b, size_t n, Context& ctx) {
+void residual_forward(TypedPtr out, ConstTypedPtr a, ConstTypedPtr b, size_t n, Context& ctx) {
+  const DType dt = act_dtype("residual_forward", out, a, b);
   if (!n) return;
-  residual_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(out, a, b, n);
+  dispatch_act("residual_forward", dt, [&](auto tag) {
+    using T = decltype(tag);
+    residual_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(act_mut<T>(out), act<T>(a), act<T>(b), n);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 

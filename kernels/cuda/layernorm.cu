@@ -1,8 +1,10 @@
 // LayerNorm over the last dimension, eps 1e-5, biased variance (as torch and the CPU reference).
+// Tensors in the compute dtype, mean/rstd and the dw/db sums in fp32; all arithmetic in fp32.
 // Forward and the input gradient: one warp per row. Weight and bias gradients: rows split into
 // kGroups fixed groups, each group's partial column sums written to the workspace, then summed
 // over the groups in order: deterministic.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace loom::cuda {
@@ -15,56 +17,59 @@ __device__ float warp_sum(float x) {
   return x;
 }
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                         const float* b, int N, int C) {
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b,
+                                         int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + size_t(row) * C;
+  const T* x = inp + size_t(row) * C;
   float s = 0;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane; c < C; c += 32) s += load(x[c]);
   const float m = warp_sum(s) / C;
   float v = 0;
-  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  for (int c = lane; c < C; c += 32) v += (load(x[c]) - m) * (load(x[c]) - m);
   const float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-  float* o = out + size_t(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  T* o = out + size_t(row) * C;
+  for (int c = lane; c < C; c += 32) o[c] = store<T>((load(x[c]) - m) * r * load(w[c]) + load(b[c]));
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
   }
 }
 
-__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* w,
-                                      const float* mean, const float* rstd, int N, int C) {
+template <typename T>
+__global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* mean,
+                                      const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + size_t(row) * C;
-  const float* d = dout + size_t(row) * C;
+  const T* x = inp + size_t(row) * C;
+  const T* d = dout + size_t(row) * C;
   const float m = mean[row], r = rstd[row];
   float a = 0, bsum = 0;  // mean of dnorm, and of dnorm * norm
   for (int c = lane; c < C; c += 32) {
-    const float dn = d[c] * w[c];
+    const float dn = load(d[c]) * load(w[c]);
     a += dn;
-    bsum += dn * (x[c] - m) * r;
+    bsum += dn * (load(x[c]) - m) * r;
   }
   a = warp_sum(a) / C;
   bsum = warp_sum(bsum) / C;
-  float* di = dinp + size_t(row) * C;
+  T* di = dinp + size_t(row) * C;
   for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * r;
-    di[c] += (d[c] * w[c] - a - norm * bsum) * r;
+    const float norm = (load(x[c]) - m) * r;
+    di[c] = store<T>(load(di[c]) + (load(d[c]) * load(w[c]) - a - norm * bsum) * r);
   }
 }
 
 // partial[g][c] = sums over the rows of group g (rows g, g + kGroups, ...) for column c.
-__global__ void layernorm_dwdb_partial_kernel(float* part_w, float* part_b, const float* dout, const float* inp,
+template <typename T>
+__global__ void layernorm_dwdb_partial_kernel(float* part_w, float* part_b, const T* dout, const T* inp,
                                               const float* mean, const float* rstd, int N, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
   if (c >= C) return;
   float sw = 0, sb = 0;
   for (int n = g; n < N; n += kGroups) {
-    const float d = dout[size_t(n) * C + c];
-    sw += d * (inp[size_t(n) * C + c] - mean[n]) * rstd[n];
+    const float d = load(dout[size_t(n) * C + c]);
+    sw += d * (load(inp[size_t(n) * C + c]) - mean[n]) * rstd[n];
     sb += d;
   }
   part_w[size_t(g) * C + c] = sw;
@@ -85,15 +90,21 @@ __global__ void sum_groups_kernel(float* dw, float* db, const float* part_w, con
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
-                       int C, Context& ctx) {
+void layernorm_forward(TypedPtr out, float* mean, float* rstd, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b,
+                       int N, int C, Context& ctx) {
+  const DType dt = act_dtype("layernorm_forward", out, inp, w, b);
   if (N == 0) return;
-  layernorm_forward_kernel<<<blocks_for(size_t(N), 8), 256, 0, ctx.stream>>>(out, mean, rstd, inp, w, b, N, C);
+  dispatch_act("layernorm_forward", dt, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_forward_kernel<<<blocks_for(size_t(N), 8), 256, 0, ctx.stream>>>(act_mut<T>(out), mean, rstd, act<T>(inp),
+                                                                               act<T>(w), act<T>(b), N, C);
+  });
   LOOM_CUDA_LAUNCHED();
 }
 
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+void layernorm_backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w,
                         const float* mean, const float* rstd, int N, int C, Context& ctx) {
+  const DType dt = act_dtype("layernorm_backward", dinp, dout, inp, w);
   const size_t need = size_t(2) * kGroups * C * sizeof(float);  // the partial sums of dw and db
   const Workspace ws = ctx.workspace(need);
   const cudaStream_t stream = ctx.stream;
@@ -102,11 +113,15 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     throw std::runtime_error("layernorm_backward: workspace too small");
   float* part_w = static_cast<float*>(ws.ptr);
   float* part_b = part_w + size_t(kGroups) * C;
-  layernorm_dinp_kernel<<<blocks_for(size_t(N), 8), 256, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
-  LOOM_CUDA_LAUNCHED();
-  layernorm_dwdb_partial_kernel<<<dim3(blocks_for(size_t(C), 128), kGroups), 128, 0, stream>>>(
-      part_w, part_b, dout, inp, mean, rstd, N, C);
-  LOOM_CUDA_LAUNCHED();
+  dispatch_act("layernorm_backward", dt, [&](auto tag) {
+    using T = decltype(tag);
+    layernorm_dinp_kernel<<<blocks_for(size_t(N), 8), 256, 0, stream>>>(act_mut<T>(dinp), act<T>(dout), act<T>(inp),
+                                                                        act<T>(w), mean, rstd, N, C);
+    LOOM_CUDA_LAUNCHED();
+    layernorm_dwdb_partial_kernel<<<dim3(blocks_for(size_t(C), 128), kGroups), 128, 0, stream>>>(
+        part_w, part_b, act<T>(dout), act<T>(inp), mean, rstd, N, C);
+    LOOM_CUDA_LAUNCHED();
+  });
   sum_groups_kernel<<<blocks_for(size_t(C), 128), 128, 0, stream>>>(dw, db, part_w, part_b, C);
   LOOM_CUDA_LAUNCHED();
 }

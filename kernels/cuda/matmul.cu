@@ -1,25 +1,38 @@
-// Linear layers through cuBLASLt, fp32 in, fp32 compute (CUBLAS_COMPUTE_32F: no TF32, so that
-// results follow the fp32 CPU reference within fp32 rounding), bias fused as an epilogue in the
-// forward pass. Row-major tensors are read as their column-major transposes:
+// Linear layers through cuBLASLt with fp32 compute (CUBLAS_COMPUTE_32F, fp32 alpha/beta: no TF32,
+// so fp32 results follow the fp32 CPU reference within fp32 rounding). A and B are in the call's
+// compute dtype (fp32, bf16 or fp16); the forward output, its bias and dinp too; dW is fp32 and
+// accumulated (C = D fp32, beta = 1). The type combinations used, all in cuBLASLt's table of
+// supported cublasLtMatmul() types for computeType CUBLAS_COMPUTE_32F, scaleType CUDA_R_32F
+// (https://docs.nvidia.com/cuda/cublas/index.html#cublasltmatmul, "Datatypes Supported"; also
+// https://docs.nvidia.com/cuda/archive/12.2.2/cublas/index.html):
+//   A/B CUDA_R_32F  C/D CUDA_R_32F                       (fp32 run)
+//   A/B CUDA_R_16BF C/D CUDA_R_16BF or CUDA_R_32F        (bf16 run: forward/dinp, dW)
+//   A/B CUDA_R_16F  C/D CUDA_R_16F  or CUDA_R_32F        (fp16 run: forward/dinp, dW)
+// The bias epilogue's vector has the type of D unless CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE says
+// otherwise (cublasLt.h), i.e. the compute dtype: the forward bias is an Act tensor.
+// Row-major tensors are read as their column-major transposes:
 //   out (N,OC) = inp (N,C) @ W^T        is  out^T (OC,N) = W^T... i.e. D = op_T(W) * inp^T
 //   dinp (N,C) = dout @ W               is  dinp^T (C,N) = W(C,OC col-major) * dout^T
 //   dW (OC,C) += dout^T @ inp           is  dW^T (C,OC) += inp^T (C,N) * dout (N,OC)
-// The bias gradient is a deterministic column sum (reduce.cu style, in column_sums_add).
+// The bias gradient is a deterministic column sum of dout (read in the compute dtype, summed in
+// fp32) added to the fp32 dbias (column_sums_add).
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace loom::cuda {
 namespace {
 
-// The largest power of two (<= 256) the address is aligned to. Weights and gradients are
+// The largest power of two (<= 256, >= 2) the address is aligned to. Weights and gradients are
 // views into one flat buffer, so they are often only 4-byte aligned; cuBLASLt assumes 256 unless
 // told, and could pick a kernel that needs more.
 uint32_t alignment_of(const void* p) {
   uint32_t a = 256;
-  while (a > 4 && reinterpret_cast<uintptr_t>(p) % a) a /= 2;
+  while (a > 2 && reinterpret_cast<uintptr_t>(p) % a) a /= 2;  // fp32 pointers stop at 4 or above
   return a;
 }
 
@@ -27,14 +40,18 @@ uint32_t alignment_of(const void* p) {
 // (and with it the bits of the result) does not change when the backend's scratch grows.
 constexpr size_t kGemmWorkspace = size_t(32) << 20;
 
-__global__ void broadcast_bias_kernel(float* D, const float* bias, int m, int n) {
+template <typename S>
+__global__ void broadcast_bias_kernel(S* D, const S* bias, int m, int n) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < size_t(m) * n) D[i] = bias[i % size_t(m)];
 }
 
-// D (m x n, column-major, ld m) = alpha * op(A) * op(B) + beta * D [+ bias (m) broadcast over columns].
-void gemm(cublasLtHandle_t lt, Workspace ws, float* D, const float* A, bool transA, int lda, const float* B,
-          bool transB, int ldb, int m, int n, int k, float beta, const float* bias, cudaStream_t stream) {
+// D (m x n, column-major, ld m) = alpha * op(A) * op(B) + beta * D [+ bias (m) broadcast over
+// columns], fp32 compute. A and B of storage type S; D (and C, which is D) of type DT; the bias
+// (only with DT = S) of type DT.
+template <typename S, typename DT>
+void gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int lda, const S* B, bool transB,
+          int ldb, int m, int n, int k, float beta, const DT* bias, cudaStream_t stream) {
   if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
     // The bias epilogue needs a 16-byte aligned vector: otherwise write the bias into D first
     // and accumulate the product onto it.
@@ -43,6 +60,7 @@ void gemm(cublasLtHandle_t lt, Workspace ws, float* D, const float* A, bool tran
     bias = nullptr;
     beta = 1.0f;
   }
+  constexpr cudaDataType_t ab_type = cuda_type_of<S>(), d_type = cuda_type_of<DT>();
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -56,9 +74,9 @@ void gemm(cublasLtHandle_t lt, Workspace ws, float* D, const float* A, bool tran
     LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
   // Stored shapes (rows x cols, column-major) of A and B before op().
-  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, transA ? k : m, transA ? m : k, lda));
-  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, transB ? n : k, transB ? k : n, ldb));
-  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&la, ab_type, transA ? k : m, transA ? m : k, lda));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lb, ab_type, transB ? n : k, transB ? k : n, ldb));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&ld, d_type, m, n, m));
   LOOM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t limit = std::min(ws.bytes, kGemmWorkspace);
   LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
@@ -75,7 +93,10 @@ void gemm(cublasLtHandle_t lt, Workspace ws, float* D, const float* A, bool tran
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   LOOM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
-  if (found == 0) throw std::runtime_error("cuBLASLt: no algorithm for this fp32 matmul");
+  if (found == 0)
+    throw std::runtime_error(std::string("cuBLASLt: no algorithm for this matmul (A/B ") +
+                             dtype_name(dtype_of_storage<S>()) + ", D " + dtype_name(dtype_of_storage<DT>()) + ", m " +
+                             std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + ")");
   const float alpha = 1.0f;
   LOOM_CUDA_CHECK(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ws.ptr, limit,
                                  stream));
@@ -88,11 +109,12 @@ void gemm(cublasLtHandle_t lt, Workspace ws, float* D, const float* A, bool tran
 
 constexpr int kColGroups = 64;
 
-__global__ void column_partial_kernel(float* part, const float* x, int rows, int cols) {
+template <typename S>
+__global__ void column_partial_kernel(float* part, const S* x, int rows, int cols) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
   if (c >= cols) return;
   float s = 0;
-  for (int r = g; r < rows; r += kColGroups) s += x[size_t(r) * cols + c];
+  for (int r = g; r < rows; r += kColGroups) s += load(x[size_t(r) * cols + c]);
   part[size_t(g) * cols + c] = s;
 }
 
@@ -105,7 +127,8 @@ __global__ void column_finish_kernel(float* out, const float* part, int cols) {
 }
 
 // out (cols) += column sums of x (rows, cols), in a fixed order. Needs ws of cols * 64 floats.
-void column_sums_add(float* out, const float* x, int rows, int cols, Workspace ws, cudaStream_t stream) {
+template <typename S>
+void column_sums_add(float* out, const S* x, int rows, int cols, Workspace ws, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   if (ws.bytes < size_t(kColGroups) * cols * sizeof(float)) throw std::runtime_error("column_sums_add: workspace too small");
   float* part = static_cast<float*>(ws.ptr);
@@ -117,23 +140,35 @@ void column_sums_add(float* out, const float* x, int rows, int cols, Workspace w
 
 }  // namespace
 
-void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C, int OC,
+void matmul_forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr bias, int N, int C, int OC,
                     Context& ctx) {
+  const DType dt = act_dtype("matmul_forward", out, inp, w, bias);
   const Workspace ws = ctx.workspace(0);
   const cudaStream_t stream = ctx.stream;
   if (N == 0 || OC == 0) return;
-  gemm(ctx.lt, ws, out, w, /*transA=*/true, C, inp, /*transB=*/false, C, OC, N, C, 0.0f, bias, stream);
+  dispatch_act("matmul_forward", dt, [&](auto tag) {
+    using S = decltype(tag);
+    gemm<S, S>(ctx.lt, ws, act_mut<S>(out), act<S>(w), /*transA=*/true, C, act<S>(inp), /*transB=*/false, C, OC, N, C,
+               0.0f, act<S>(bias), stream);
+  });
 }
 
-void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w, int N,
-                     int C, int OC, Context& ctx) {
+void matmul_backward(TypedPtr dinp, float* dw, float* dbias, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w,
+                     int N, int C, int OC, Context& ctx) {
+  const DType dt = act_dtype("matmul_backward", dinp, dout, inp, w);
   const Workspace ws = ctx.workspace(size_t(kColGroups) * OC * sizeof(float));  // column_sums_add
   const cudaStream_t stream = ctx.stream;
   const cublasLtHandle_t lt = ctx.lt;
   if (N == 0) return;
-  if (dinp) gemm(lt, ws, dinp, w, false, C, dout, false, OC, C, N, OC, 0.0f, nullptr, stream);
-  gemm(lt, ws, dw, inp, false, C, dout, true, OC, C, OC, N, 1.0f, nullptr, stream);
-  if (dbias) column_sums_add(dbias, dout, N, OC, ws, stream);
+  dispatch_act("matmul_backward", dt, [&](auto tag) {
+    using S = decltype(tag);
+    if (dinp)
+      gemm<S, S>(lt, ws, act_mut<S>(dinp), act<S>(w), false, C, act<S>(dout), false, OC, C, N, OC, 0.0f, nullptr,
+                 stream);
+    // dW in fp32 from 16-bit (or fp32) A/B, accumulated: C = D = dw, beta = 1.
+    gemm<S, float>(lt, ws, dw, act<S>(inp), false, C, act<S>(dout), true, OC, C, OC, N, 1.0f, nullptr, stream);
+    if (dbias) column_sums_add(dbias, act<S>(dout), N, OC, ws, stream);
+  });
 }
 
 }  // namespace loom::cuda

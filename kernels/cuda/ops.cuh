@@ -1,10 +1,25 @@
 #pragma once
-// The CUDA kernels of the backend, one op (forward and backward) per .cu file. fp32 storage and
-// accumulation, matching the CPU reference op for op. One launcher per op of
-// kernels/backend_ops.def (which has the contracts), declared here from that list: the op's own
-// parameters, then the Context. Every launcher runs on ctx.stream; reductions are deterministic
+// The CUDA kernels of the backend, one op (forward and backward) per .cu file, matching the CPU
+// reference op for op. One launcher per op of kernels/backend_ops.def (which has the contracts),
+// declared here from that list: the op's own parameters, then the Context. Every launcher runs on ctx.stream; reductions are deterministic
 // (fixed partitions, summed in a fixed order: no float atomics), so results do not change from
 // run to run.
+//
+// Dtypes on this backend. "Act" = the call's compute dtype, fp32, bf16 or fp16 (kernels run on
+// float, __nv_bfloat16 or __half storage, dtype.cuh), always with fp32 arithmetic and
+// accumulation; a 16-bit result is rounded once, to nearest even, when stored:
+//   zero               p: any dtype (a memset of n * dtype_size bytes)
+//   encoder            out, wte, wpe, dout: Act;  dwte, dwpe: fp32, accumulated
+//   layernorm          out, inp, w, b, dout, dinp: Act;  mean, rstd, dw, db: fp32
+//   matmul             out, inp, w, bias, dout, dinp: Act (cuBLASLt, A/B in the compute dtype,
+//                      CUBLAS_COMPUTE_32F);  dw (C = D fp32, beta 1) and dbias: fp32, accumulated
+//   attention          qkv, out, dout, dqkv: Act;  saved = log-sum-exp (B,NH,T) fp32; scores,
+//                      softmax and the backward's row sums in fp32
+//   gelu, residual     all Act
+//   crossentropy (all) logits/dlogits: Act, read in place and overwritten in the same dtype;
+//                      losses, maxes, partials: fp32
+//   convert            dst, src: any of fp32, bf16, fp16
+//   adamw, scale, sum, sum_squares   fp32 only (master weights, gradients, moments)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -17,9 +32,6 @@
 #define LOOM_CUDA_UNPAREN(...) __VA_ARGS__
 
 namespace loom::cuda {
-
-// The scalar of kernels/backend_ops.def on this backend.
-using Real = float;
 
 // Scratch memory the ops borrow (owned by the backend): `bytes` long, not preserved across calls.
 struct Workspace {
@@ -52,26 +64,21 @@ class Context {
   size_t int_capacity_[kIntBuffers] = {};
 };
 
-// The launchers still take fp32 pointers: the backend checks that every typed pointer it is
-// handed is fp32 (kernels/typed_dispatch.hpp) and passes it on.
+// The launchers take the Backend's run-time typed tensors (kernels/backend_op_types.inc): each
+// reads the dtype of its Act tensors (dtype.cuh: act_dtype, one dtype per call, else a
+// std::logic_error naming the op) and runs kernels templated on that storage type.
 #define LOOM_OP(RET, NAME, PARAMS, ARGS) RET NAME(LOOM_CUDA_UNPAREN PARAMS, Context& ctx);
-#define Act float*
-#define CAct const float*
-#define Fp32 float*
-#define CFp32 const float*
-#define Scratch float*
-#define CScratch const float*
-#define Any ::loom::TypedPtr
-#define CAny ::loom::ConstTypedPtr
-#define Scalar float
+#include "kernels/backend_op_types.inc"
 #include "kernels/backend_ops.def"
 
 // Where a .cu file departs from the plain one-kernel pattern:
 //   encoder.cu    backward buckets the positions by token on the host (tokens are small, and the
 //                 stream is synchronised to read them), then sums each bucket in order on the device.
-//   matmul.cu     cuBLASLt with fp32 compute; the bias gradient by deterministic column sums.
+//   matmul.cu     cuBLASLt with fp32 compute, A/B in the compute dtype, dW in fp32; the bias
+//                 gradient by deterministic column sums.
 //   attention.cu  fused causal attention (online softmax; no T x T matrix in memory): `saved`
-//                 holds the log-sum-exp of each (b, h, t) row, B * NH * T floats.
+//                 holds the log-sum-exp of each (b, h, t) row, B * NH * T floats (fp32 in
+//                 every compute dtype).
 //   reduce.cu     sum and sum_squares in double over a fixed grid; they return the result, so
 //                 they synchronise the stream.
 

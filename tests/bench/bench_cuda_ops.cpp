@@ -3,8 +3,9 @@
 // attention). Run it next to scripts/torch_ops_bench.py (the same ops in PyTorch on the same
 // GPU) to compare:
 //   build/tests/bench_cuda_ops && python3 scripts/torch_ops_bench.py
-// fp32 throughout (this backend's precision); the H100's limits for reference: ~3.35 TB/s HBM3,
-// ~67 TFLOP/s fp32 (non-tensor-core), ~990 bf16 dense TFLOP/s.
+// fp32 first; then the matmul and attention again with bf16 tensors (fp32 accumulation, fp32 dW),
+// against the device's dense bf16 peak (Backend::peak_flops) with the ratio. The H100's limits
+// for reference: ~3.35 TB/s HBM3, ~67 TFLOP/s fp32 (non-tensor-core), ~990 bf16 dense TFLOP/s.
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -32,6 +33,13 @@ void row(const char* op, const char* shape, double ms, double bytes, double flop
   if (bytes > 0) std::printf(" %9.1f GB/s", bytes / ms / 1e6);
   if (flops > 0) std::printf(" %9.2f TFLOP/s", flops / ms / 1e9);
   std::printf("\n");
+}
+
+// A bf16 row: the FLOP rate, the limit it is measured against and the ratio.
+void row_peak(const char* op, const char* shape, double ms, double flops, double peak) {
+  const double rate = flops / ms / 1e9;
+  std::printf("%-28s %-28s %9.3f ms %9.2f TFLOP/s of %7.1f (%5.1f%%)\n", op, shape, ms, rate, peak / 1e12,
+              100.0 * rate * 1e12 / peak);
 }
 
 }  // namespace
@@ -89,6 +97,26 @@ int main() {
       time_ms(g, [&] { g.attention_forward(y, saved, qkv, B, T, C, NH); }), 0, attn_flops);
   row("attention_backward", "B 8, NH 12, T 1024, hs 64",
       time_ms(g, [&] { g.attention_backward(dqkv, x, qkv, y, saved, B, T, C, NH); }), 0, 2.5 * attn_flops);
+  {
+    const DType bf = DType::bf16;
+    const TypedPtr xb = g.alloc(bf, NC), yb = g.alloc(bf, NC), bigb = g.alloc(bf, size_t(N) * 4 * C),
+                   wb = g.alloc(bf, size_t(4) * C * C), biasb = g.alloc(bf, size_t(4) * C),
+                   qkvb = g.alloc(bf, size_t(N) * 3 * C), dqkvb = g.alloc(bf, size_t(N) * 3 * C);
+    g.convert(qkvb, qkv, size_t(N) * 3 * C);
+    g.convert(xb, x, NC);
+    const double peak = g.peak_flops(bf);
+    row_peak("bf16 matmul_forward (fc)", "8192x768 @ 768x3072 +bias",
+             time_ms(g, [&] { g.matmul_forward(bigb, xb, wb, biasb, N, C, 4 * C); }), 2.0 * N * C * 4 * C, peak);
+    row_peak("bf16 matmul_backward (fc)", "dinp bf16, dW/dbias fp32",
+             time_ms(g, [&] { g.matmul_backward(xb, dw, bias, bigb, xb, wb, N, C, 4 * C); }), 4.0 * N * C * 4 * C,
+             peak);
+    row_peak("bf16 attention_forward", "B 8, NH 12, T 1024, hs 64",
+             time_ms(g, [&] { g.attention_forward(yb, saved, qkvb, B, T, C, NH); }), attn_flops, peak);
+    row_peak("bf16 attention_backward", "B 8, NH 12, T 1024, hs 64",
+             time_ms(g, [&] { g.attention_backward(dqkvb, xb, qkvb, yb, saved, B, T, C, NH); }), 2.5 * attn_flops,
+             peak);
+    for (const TypedPtr& t : {xb, yb, bigb, wb, biasb, qkvb, dqkvb}) g.release(t.data);
+  }
   row("softmax_crossentropy+grad", "N 8192 x Vp 50304",
       time_ms(g, [&] { g.softmax_crossentropy(losses, logits, targets, N, V, Vp, 1.0f / N, true); }, 5),
       3.0 * N * double(Vp) * 4, 0);
