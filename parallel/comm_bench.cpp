@@ -16,31 +16,47 @@
 namespace loom::parallel {
 namespace {
 
-float value(size_t i, int rank) { return float((rank + 1) * int(i % 7 + 1)); }
+// Inputs: small integers, exact in every dtype. A rank contributes (rank % 2 + 1) * (i % 3 + 1),
+// so a sum over n ranks is at most 3 * 1.5n: exact in bf16 (8 significant bits) up to 56 ranks.
+float value(size_t i, int rank) { return float((rank % 2 + 1) * int(i % 3 + 1)); }
+float rank_weight_sum(int n) { return float(n + n / 2); }  // sum over r < n of (r % 2 + 1)
 
-struct Case {
-  const char* name;
-  double bus_factor;
+// Host staging in the benchmark's dtype.
+struct HostBuf {
+  DType dtype;
+  std::vector<char> bytes;
+  HostBuf(DType t, size_t n) : dtype(t), bytes(n * dtype_size(t)) {}
+  void set(size_t i, float v) {
+    if (dtype == DType::f32) reinterpret_cast<float*>(bytes.data())[i] = v;
+    else if (dtype == DType::bf16) reinterpret_cast<bf16*>(bytes.data())[i] = bf16(v);
+    else reinterpret_cast<fp16*>(bytes.data())[i] = fp16(v);
+  }
+  float get(size_t i) const {
+    if (dtype == DType::f32) return reinterpret_cast<const float*>(bytes.data())[i];
+    if (dtype == DType::bf16) return float(reinterpret_cast<const bf16*>(bytes.data())[i]);
+    return float(reinterpret_cast<const fp16*>(bytes.data())[i]);
+  }
 };
 
 // One op at one size: fills inputs, runs it once to check, then times `iters` runs.
-long bench_one(Communicator& c, const BenchMemory& mem, const std::string& op, size_t count, int iters, int warmup,
-               double& seconds) {
+long bench_one(Communicator& c, const BenchMemory& mem, const std::string& op, DType t, size_t count, int iters,
+               int warmup, double& seconds) {
   const int n = c.size(), me = c.rank();
+  const size_t es = dtype_size(t);
   const std::vector<size_t> parts = even_counts(count, n);
   size_t my_off = 0;
   for (int r = 0; r < me; ++r) my_off += parts[size_t(r)];
-  std::vector<float> host(count), expect;
-  float* buf = mem.alloc(count);
-  float* out = mem.alloc(parts[size_t(me)] + 1);
+  HostBuf host(t, count);
+  TypedPtr buf(mem.alloc(count * es), t);
+  TypedPtr out(mem.alloc((parts[size_t(me)] + 1) * es), t);
   auto fill = [&] {
     if (op == "all_gather") {
-      std::fill(host.begin(), host.end(), -1.0f);
-      for (size_t j = 0; j < parts[size_t(me)]; ++j) host[my_off + j] = value(my_off + j, 0);
+      for (size_t i = 0; i < count; ++i) host.set(i, -1.0f);
+      for (size_t j = 0; j < parts[size_t(me)]; ++j) host.set(my_off + j, value(my_off + j, 0));
     } else {
-      for (size_t i = 0; i < count; ++i) host[i] = value(i, me);
+      for (size_t i = 0; i < count; ++i) host.set(i, value(i, me));
     }
-    mem.upload(buf, host.data(), count);
+    mem.upload(buf.data, host.bytes.data(), count * es);
   };
   auto run = [&] {
     if (op == "all_reduce") c.all_reduce(buf, count, ReduceOp::Sum);
@@ -51,15 +67,15 @@ long bench_one(Communicator& c, const BenchMemory& mem, const std::string& op, s
   fill();
   run();
   long wrong = 0;
-  const float rank_sum = float(n * (n + 1) / 2);
+  const float weights = rank_weight_sum(n);
   if (op == "reduce_scatter") {
-    std::vector<float> got(parts[size_t(me)]);
-    mem.download(got.data(), out, got.size());
-    for (size_t j = 0; j < got.size(); ++j) wrong += got[j] != float((my_off + j) % 7 + 1) * rank_sum;
+    HostBuf got(t, parts[size_t(me)]);
+    mem.download(got.bytes.data(), out.data, got.bytes.size());
+    for (size_t j = 0; j < parts[size_t(me)]; ++j) wrong += got.get(j) != float((my_off + j) % 3 + 1) * weights;
   } else {
-    mem.download(host.data(), buf, count);
+    mem.download(host.bytes.data(), buf.data, count * es);
     for (size_t i = 0; i < count; ++i)
-      wrong += host[i] != (op == "all_reduce" ? float(i % 7 + 1) * rank_sum : value(i, 0));
+      wrong += host.get(i) != (op == "all_reduce" ? float(i % 3 + 1) * weights : value(i, 0));
   }
   // Timed passes (values are not re-initialised: the result is no longer checked).
   for (int w = 0; w < warmup; ++w) run();
@@ -68,25 +84,27 @@ long bench_one(Communicator& c, const BenchMemory& mem, const std::string& op, s
   for (int it = 0; it < iters; ++it) run();
   c.barrier();
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-  mem.release(buf);
-  mem.release(out);
+  mem.release(buf.data);
+  mem.release(out.data);
   return wrong;
 }
 
 }  // namespace
 
 BenchMemory host_bench_memory() {
-  return {[](size_t n) { return static_cast<float*>(std::calloc(std::max<size_t>(n, 1), sizeof(float))); },
-          [](float* p) { std::free(p); },
-          [](float* d, const float* h, size_t n) { std::memcpy(d, h, n * sizeof(float)); },
-          [](float* h, const float* s, size_t n) { std::memcpy(h, s, n * sizeof(float)); }};
+  return {[](size_t bytes) { return std::calloc(std::max<size_t>(bytes, 1), 1); }, [](void* p) { std::free(p); },
+          [](void* d, const void* h, size_t bytes) { std::memcpy(d, h, bytes); },
+          [](void* h, const void* s, size_t bytes) { std::memcpy(h, s, bytes); }};
 }
 
 long run_comm_bench(Communicator& comm, const BenchMemory& mem, const CommBenchOptions& o) {
   const int n = comm.size();
+  if (o.dtype != DType::f32 && o.dtype != DType::bf16 && o.dtype != DType::f16)
+    throw std::runtime_error(std::string("bench comm: dtype ") + dtype_name(o.dtype) + " (fp32, bf16 or fp16)");
   if (comm.rank() == 0) {
-    std::printf("# loom bench comm: backend %s, %d ranks, %d iterations (+%d warm-up) per size\n",
-                comm.backend().c_str(), n, o.iters, o.warmup);
+    std::printf("# loom bench comm: backend %s, %d ranks, dtype %s%s%s, %d iterations (+%d warm-up) per size\n",
+                comm.backend().c_str(), n, dtype_name(o.dtype), o.note.empty() ? "" : ", ", o.note.c_str(), o.iters,
+                o.warmup);
     std::printf("# %14s %12s %-15s %11s %12s %12s %7s\n", "size(B)", "count", "op", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", "#wrong");
   }
@@ -99,11 +117,11 @@ long run_comm_bench(Communicator& comm, const BenchMemory& mem, const CommBenchO
       throw std::runtime_error("bench comm: unknown op '" + op + "' (all_reduce, reduce_scatter, all_gather)");
     const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
     for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= size_t(o.step_factor)) {
-      const size_t count = bytes / sizeof(float);
+      const size_t count = bytes / dtype_size(o.dtype);
       // Fewer timed runs for large messages keeps the whole sweep to seconds.
       const int iters = std::max(2, std::min(o.iters, int((size_t(64) << 20) / std::max<size_t>(bytes, 1))));
       double s = 0;
-      long wrong = bench_one(comm, mem, op, count, iters, o.warmup, s);
+      long wrong = bench_one(comm, mem, op, o.dtype, count, iters, o.warmup, s);
       // The slowest rank's time is the collective's time; #wrong summed over ranks.
       double smax = s;
       long wsum = wrong;

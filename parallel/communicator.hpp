@@ -3,12 +3,34 @@
 // (host memory for MPI, device memory for NCCL). Blocking calls return when the result is in
 // place; the i* calls return a Request that must be waited on before the buffers are touched.
 // Every rank of the group must issue the same collectives in the same order.
+//
+// Buffers are typed (kernels/dtype.hpp): a float*, bf16*, fp16* or int32_t* converts to a
+// TypedPtr, so fp32 callers pass float* as before. Counts are in elements of the buffer's
+// dtype. Every rank must pass the same dtype for a call.
+//   reductions (all_reduce, reduce_scatter): fp32, bf16, fp16;
+//   data movement (all_gather, broadcast, send/recv): fp32, bf16, fp16, int32.
+// An unsupported dtype, or send and recv of different dtypes, throws std::invalid_argument
+// naming the call and both dtypes, before anything is communicated.
+//
+// Numerics of a Sum: the order in which the ranks' values are combined is the algorithm's
+// (MPI's or NCCL's, chosen by message size and group size), not rank order, so a float sum is
+// reproducible for one group size and message size but not across them, and bf16/fp16 results
+// additionally depend on where the implementation rounds (after each combine, or once at the
+// end when it sums in fp32: see MpiCommunicator::HalfReduce). Sums of small integers that stay
+// exactly representable are exact in every dtype. Max is exact everywhere.
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.hpp"
+
 namespace loom::parallel {
+
+using loom::ConstTypedPtr;
+using loom::DType;
+using loom::TypedPtr;
 
 enum class ReduceOp { Sum, Max };
 
@@ -27,23 +49,40 @@ class Communicator {
   virtual int size() const = 0;
 
   // In place: buf (n) becomes the reduction over the group.
-  virtual void all_reduce(float* buf, size_t n, ReduceOp op) = 0;
-  virtual RequestPtr iall_reduce(float* buf, size_t n, ReduceOp op) = 0;
+  virtual void all_reduce(TypedPtr buf, size_t n, ReduceOp op) = 0;
+  virtual RequestPtr iall_reduce(TypedPtr buf, size_t n, ReduceOp op) = 0;
   // send holds sum(counts) elements laid out rank by rank; recv (counts[rank()]) receives this
-  // rank's part of the sum. Counts may differ between ranks and may be 0.
-  virtual void reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) = 0;
-  virtual RequestPtr ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) = 0;
+  // rank's part of the sum. Counts may differ between ranks and may be 0. send and recv have
+  // one dtype.
+  virtual void reduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) = 0;
+  virtual RequestPtr ireduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) = 0;
   // In place: rank r's part is already at its offset in buf (sum(counts)); afterwards every
   // rank holds every part.
-  virtual void all_gather(float* buf, const std::vector<size_t>& counts) = 0;
-  virtual RequestPtr iall_gather(float* buf, const std::vector<size_t>& counts) = 0;
-  virtual void broadcast(float* buf, size_t n, int root) = 0;
-  // Point to point within the group (peer is a group rank).
-  virtual void send(const float* buf, size_t n, int peer, int tag) = 0;
-  virtual void recv(float* buf, size_t n, int peer, int tag) = 0;
-  virtual RequestPtr isend(const float* buf, size_t n, int peer, int tag) = 0;
-  virtual RequestPtr irecv(float* buf, size_t n, int peer, int tag) = 0;
+  virtual void all_gather(TypedPtr buf, const std::vector<size_t>& counts) = 0;
+  virtual RequestPtr iall_gather(TypedPtr buf, const std::vector<size_t>& counts) = 0;
+  virtual void broadcast(TypedPtr buf, size_t n, int root) = 0;
+  // Point to point within the group (peer is a group rank); sender and receiver use one dtype.
+  virtual void send(ConstTypedPtr buf, size_t n, int peer, int tag) = 0;
+  virtual void recv(TypedPtr buf, size_t n, int peer, int tag) = 0;
+  virtual RequestPtr isend(ConstTypedPtr buf, size_t n, int peer, int tag) = 0;
+  virtual RequestPtr irecv(TypedPtr buf, size_t n, int peer, int tag) = 0;
   virtual void barrier() = 0;
 };
+
+// The dtype checks every implementation makes at the top of a call (`what` names the call);
+// each throws std::invalid_argument.
+// Reductions: fp32, bf16, fp16.
+inline void check_reduce_dtype(DType t, const char* what) {
+  if (t == DType::f32 || t == DType::bf16 || t == DType::f16) return;
+  throw std::invalid_argument(std::string(what) + ": cannot reduce a buffer of dtype " + dtype_name(t) +
+                              " (fp32, bf16 or fp16)");
+}
+// reduce_scatter: both buffers of one reducible dtype.
+inline void check_same_dtype(DType send, DType recv, const char* what) {
+  if (send != recv)
+    throw std::invalid_argument(std::string(what) + ": send buffer is " + dtype_name(send) + " but recv buffer is " +
+                                dtype_name(recv) + " (they must match)");
+  check_reduce_dtype(send, what);
+}
 
 }  // namespace loom::parallel

@@ -5,10 +5,18 @@
 
 namespace loom::parallel {
 
-GradBuckets::GradBuckets(Communicator& dp, float* grads, BucketPlan plan, const std::function<float*(size_t)>& alloc)
+GradBuckets::GradBuckets(Communicator& dp, TypedPtr grads, BucketPlan plan,
+                         const std::function<TypedPtr(DType, size_t)>& alloc)
     : dp_(dp), grads_(grads), plan_(std::move(plan)), pending_(plan_.buckets.size()) {
-  if (plan_.sharded) shard_ = alloc(std::max<size_t>(plan_.owned_size, 1));
+  check_reduce_dtype(grads.dtype, "GradBuckets");
+  if (plan_.sharded) {
+    shard_ = alloc(grads.dtype, std::max<size_t>(plan_.owned_size, 1));
+    if (shard_.dtype != grads.dtype) dtype_mismatch(shard_.dtype, grads.dtype);
+  }
 }
+
+GradBuckets::GradBuckets(Communicator& dp, float* grads, BucketPlan plan, const std::function<float*(size_t)>& alloc)
+    : GradBuckets(dp, TypedPtr(grads), std::move(plan), [&alloc](DType, size_t n) { return TypedPtr(alloc(n)); }) {}
 
 GradBuckets::~GradBuckets() {
   // Never leave a reduction running into freed memory.
@@ -18,7 +26,7 @@ GradBuckets::~GradBuckets() {
 
 void GradBuckets::launch(size_t i) {
   const Range& b = plan_.buckets[i];
-  float* base = grads_ + b.begin;
+  const TypedPtr base = grads_ + b.begin;
   if (plan_.sharded)
     pending_[i] = dp_.ireduce_scatter(base, shard_ + plan_.shard_offset[i], plan_.counts[i]);
   else
@@ -40,9 +48,9 @@ double GradBuckets::finish() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void GradBuckets::all_gather_parts(float* buf) { parallel::all_gather_parts(dp_, plan_, buf); }
+void GradBuckets::all_gather_parts(TypedPtr buf) { parallel::all_gather_parts(dp_, plan_, buf); }
 
-void all_gather_parts(Communicator& group, const BucketPlan& plan, float* buf) {
+void all_gather_parts(Communicator& group, const BucketPlan& plan, TypedPtr buf) {
   if (!plan.sharded) return;
   std::vector<RequestPtr> reqs;
   for (size_t i = 0; i < plan.buckets.size(); ++i)

@@ -10,6 +10,8 @@
 //   unsharded: each bucket is all-reduced in place; every rank ends with the full summed gradient.
 //   sharded:   each bucket is reduce-scattered; this rank receives the summed gradient of its
 //              part of every bucket, packed in bucket order in a shard buffer of its own.
+// The buckets reduce in the gradient buffer's dtype (fp32, bf16 or fp16): a bf16 staging buffer
+// is summed in bf16 (see communicator.hpp for where that rounds), and its shard buffer is bf16.
 #include <cstddef>
 #include <functional>
 #include <vector>
@@ -21,9 +23,11 @@ namespace loom::parallel {
 
 class GradBuckets {
  public:
-  // `grads` is the flat gradient buffer (plan.buckets cover it). `alloc` provides zeroed memory
-  // the communicator can reach (host for MPI, device for NCCL); it is called once, for the shard
-  // buffer of a sharded plan.
+  // `grads` is the flat gradient buffer (plan.buckets cover it). `alloc(dtype, n)` provides n
+  // zeroed elements the communicator can reach (host for MPI, device for NCCL); it is called
+  // once, for the shard buffer of a sharded plan, with the gradient buffer's dtype.
+  GradBuckets(Communicator& dp, TypedPtr grads, BucketPlan plan, const std::function<TypedPtr(DType, size_t)>& alloc);
+  // fp32 gradients; `alloc(n)` gives n zeroed floats.
   GradBuckets(Communicator& dp, float* grads, BucketPlan plan, const std::function<float*(size_t)>& alloc);
   ~GradBuckets();  // waits for any reduction in flight
   GradBuckets(const GradBuckets&) = delete;
@@ -37,26 +41,28 @@ class GradBuckets {
   const BucketPlan& plan() const { return plan_; }
   // The summed gradients of this rank's owned ranges, packed in their order (the gradient buffer
   // itself when unsharded). Valid after finish().
-  float* owned_grads() { return plan_.sharded ? shard_ : grads_; }
-  // Sharded: each rank holds its parts of `buf` (a buffer of the gradient's layout) up to date;
-  // afterwards every rank holds all of it. Unsharded: nothing to do.
-  void all_gather_parts(float* buf);
+  TypedPtr owned_grads_typed() { return plan_.sharded ? shard_ : grads_; }
+  // The same, for fp32 gradients (throws std::logic_error for another dtype).
+  float* owned_grads() { return owned_grads_typed().as<float>(); }
+  // Sharded: each rank holds its parts of `buf` (a buffer of the gradient's layout, any dtype
+  // all_gather moves) up to date; afterwards every rank holds all of it. Unsharded: nothing to do.
+  void all_gather_parts(TypedPtr buf);
 
  private:
   void launch(size_t bucket);
 
   Communicator& dp_;
-  float* grads_;
+  TypedPtr grads_;
   BucketPlan plan_;
   std::vector<RequestPtr> pending_;  // per bucket
   size_t next_ = 0;                  // next bucket to launch
-  float* shard_ = nullptr;
+  TypedPtr shard_;
 };
 
 // Sharded plan: each rank of `group` holds its parts of `buf` (a buffer of the plan's layout, in
 // memory `group` can reach); afterwards every rank holds all of it. Unsharded: nothing to do.
 // Collective over `group`, which must be the plan's dp group (or one of the same shape: the
-// host-memory twin of a device communicator).
-void all_gather_parts(Communicator& group, const BucketPlan& plan, float* buf);
+// host-memory twin of a device communicator). `buf` may be of any dtype all_gather moves.
+void all_gather_parts(Communicator& group, const BucketPlan& plan, TypedPtr buf);
 
 }  // namespace loom::parallel

@@ -52,30 +52,47 @@ void displacements(const std::vector<size_t>& counts, std::vector<int>& cnt, std
   }
 }
 
-void do_all_reduce(MPI_Comm c, float* buf, size_t n, ReduceOp op) {
-  if (n == 0) return;
-  check(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(n), MPI_FLOAT, mpi_op(op), c), "MPI_Allreduce");
-}
-
-void do_reduce_scatter(MPI_Comm c, const float* send, float* recv, const std::vector<size_t>& counts) {
-  std::vector<int> cnt, disp;
-  displacements(counts, cnt, disp);
+size_t sum(const std::vector<size_t>& counts) {
   size_t total = 0;
   for (size_t x : counts) total += x;
-  if (total == 0) return;
-  check(MPI_Reduce_scatter(send, recv, cnt.data(), MPI_FLOAT, MPI_SUM, c), "MPI_Reduce_scatter");
+  return total;
 }
 
-void do_all_gather(MPI_Comm c, float* buf, const std::vector<size_t>& counts) {
+void do_all_gather(MPI_Comm c, TypedPtr buf, const std::vector<size_t>& counts) {
+  if (sum(counts) == 0) return;
   std::vector<int> cnt, disp;
   displacements(counts, cnt, disp);
-  size_t total = 0;
-  for (size_t x : counts) total += x;
-  if (total == 0) return;
-  check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, cnt.data(), disp.data(), MPI_FLOAT, c), "MPI_Allgatherv");
+  const MPI_Datatype t = mpi_datatype(buf.dtype);
+  check(MPI_Allgatherv(MPI_IN_PLACE, 0, t, buf.data, cnt.data(), disp.data(), t, c), "MPI_Allgatherv");
 }
 
 }  // namespace
+
+void MpiCommunicator::do_all_reduce(MPI_Comm c, TypedPtr buf, size_t n, ReduceOp op, HalfReduce how) const {
+  if (n == 0) return;
+  if (buf.dtype == DType::f32)
+    check(MPI_Allreduce(MPI_IN_PLACE, buf.data, as_int(n), MPI_FLOAT, mpi_op(op), c), "MPI_Allreduce");
+  else if (how == HalfReduce::UserOp)
+    check(MPI_Allreduce(MPI_IN_PLACE, buf.data, as_int(n), MPI_UINT16_T, half_ops_.get(buf.dtype, op), c),
+          "MPI_Allreduce");
+  else
+    all_reduce_through_fp32(c, buf, n, op);
+}
+
+void MpiCommunicator::do_reduce_scatter(MPI_Comm c, ConstTypedPtr send, TypedPtr recv,
+                                        const std::vector<size_t>& counts, HalfReduce how) const {
+  if (sum(counts) == 0) return;
+  std::vector<int> cnt, disp;
+  displacements(counts, cnt, disp);
+  if (send.dtype == DType::f32)
+    check(MPI_Reduce_scatter(send.data, recv.data, cnt.data(), MPI_FLOAT, MPI_SUM, c), "MPI_Reduce_scatter");
+  else if (how == HalfReduce::UserOp)
+    check(MPI_Reduce_scatter(send.data, recv.data, cnt.data(), MPI_UINT16_T, half_ops_.get(send.dtype, ReduceOp::Sum),
+                             c),
+          "MPI_Reduce_scatter");
+  else
+    reduce_scatter_through_fp32(c, send, recv, counts, rank_);
+}
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::move(name)) {
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
@@ -152,63 +169,68 @@ RequestPtr MpiCommunicator::post(std::function<void(MPI_Comm)> op) {
 }
 
 // Every blocking call runs inside a Watchdog::Scope (parallel.timeout_s), the worker's
-// collectives too (the worker is the thread blocked in MPI while the caller waits on it).
-void MpiCommunicator::all_reduce(float* buf, size_t n, ReduceOp op) {
+// collectives too (the worker is the thread blocked in MPI while the caller waits on it). Dtypes
+// are checked on the caller's thread, before anything is posted.
+void MpiCommunicator::all_reduce(TypedPtr buf, size_t n, ReduceOp op) {
+  check_reduce_dtype(buf.dtype, "all_reduce");
   Watchdog::Scope w("all_reduce", name_.c_str(), channel_);
-  do_all_reduce(comm_, buf, n, op);
+  do_all_reduce(comm_, buf, n, op, half_reduce_);
 }
-RequestPtr MpiCommunicator::iall_reduce(float* buf, size_t n, ReduceOp op) {
-  return post([=, this](MPI_Comm c) {
+RequestPtr MpiCommunicator::iall_reduce(TypedPtr buf, size_t n, ReduceOp op) {
+  check_reduce_dtype(buf.dtype, "iall_reduce");
+  return post([=, this, how = half_reduce_](MPI_Comm c) {
     Watchdog::Scope w("all_reduce (overlapped)", name_.c_str(), worker_channel_);
-    do_all_reduce(c, buf, n, op);
+    do_all_reduce(c, buf, n, op, how);
   });
 }
-void MpiCommunicator::reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
+void MpiCommunicator::reduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) {
+  check_same_dtype(send.dtype, recv.dtype, "reduce_scatter");
   Watchdog::Scope w("reduce_scatter", name_.c_str(), channel_);
-  do_reduce_scatter(comm_, send, recv, counts);
+  do_reduce_scatter(comm_, send, recv, counts, half_reduce_);
 }
-RequestPtr MpiCommunicator::ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) {
-  return post([=, this](MPI_Comm c) {
+RequestPtr MpiCommunicator::ireduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) {
+  check_same_dtype(send.dtype, recv.dtype, "ireduce_scatter");
+  return post([=, this, how = half_reduce_](MPI_Comm c) {
     Watchdog::Scope w("reduce_scatter (overlapped)", name_.c_str(), worker_channel_);
-    do_reduce_scatter(c, send, recv, counts);
+    do_reduce_scatter(c, send, recv, counts, how);
   });
 }
-void MpiCommunicator::all_gather(float* buf, const std::vector<size_t>& counts) {
+void MpiCommunicator::all_gather(TypedPtr buf, const std::vector<size_t>& counts) {
   Watchdog::Scope w("all_gather", name_.c_str(), channel_);
   do_all_gather(comm_, buf, counts);
 }
-RequestPtr MpiCommunicator::iall_gather(float* buf, const std::vector<size_t>& counts) {
+RequestPtr MpiCommunicator::iall_gather(TypedPtr buf, const std::vector<size_t>& counts) {
   return post([=, this](MPI_Comm c) {
     Watchdog::Scope w("all_gather (overlapped)", name_.c_str(), worker_channel_);
     do_all_gather(c, buf, counts);
   });
 }
-void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
+void MpiCommunicator::broadcast(TypedPtr buf, size_t n, int root) {
   Watchdog::Scope w("broadcast", name_.c_str(), channel_);
-  if (n) check(MPI_Bcast(buf, as_int(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
+  if (n) check(MPI_Bcast(buf.data, as_int(n), mpi_datatype(buf.dtype), root, comm_), "MPI_Bcast");
 }
-void MpiCommunicator::send(const float* buf, size_t n, int peer, int tag) {
+void MpiCommunicator::send(ConstTypedPtr buf, size_t n, int peer, int tag) {
   Watchdog::Scope w("send", name_.c_str(), channel_, /*collective=*/false);
-  check(MPI_Send(buf, as_int(n), MPI_FLOAT, peer, tag, comm_), "MPI_Send");
+  check(MPI_Send(buf.data, as_int(n), mpi_datatype(buf.dtype), peer, tag, comm_), "MPI_Send");
 }
-void MpiCommunicator::recv(float* buf, size_t n, int peer, int tag) {
+void MpiCommunicator::recv(TypedPtr buf, size_t n, int peer, int tag) {
   Watchdog::Scope w("recv", name_.c_str(), channel_, /*collective=*/false);
-  check(MPI_Recv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+  check(MPI_Recv(buf.data, as_int(n), mpi_datatype(buf.dtype), peer, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
 }
-RequestPtr MpiCommunicator::isend(const float* buf, size_t n, int peer, int tag) {
+RequestPtr MpiCommunicator::isend(ConstTypedPtr buf, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
   r->op = "send (waiting for it)";
   r->group = name_.c_str();
   r->channel = channel_;
-  check(MPI_Isend(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Isend");
+  check(MPI_Isend(buf.data, as_int(n), mpi_datatype(buf.dtype), peer, tag, comm_, &r->req), "MPI_Isend");
   return r;
 }
-RequestPtr MpiCommunicator::irecv(float* buf, size_t n, int peer, int tag) {
+RequestPtr MpiCommunicator::irecv(TypedPtr buf, size_t n, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
   r->op = "recv (waiting for it)";
   r->group = name_.c_str();
   r->channel = channel_;
-  check(MPI_Irecv(buf, as_int(n), MPI_FLOAT, peer, tag, comm_, &r->req), "MPI_Irecv");
+  check(MPI_Irecv(buf.data, as_int(n), mpi_datatype(buf.dtype), peer, tag, comm_, &r->req), "MPI_Irecv");
   return r;
 }
 void MpiCommunicator::barrier() {

@@ -25,6 +25,18 @@ void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// fp32 -> ncclFloat, bf16 -> ncclBfloat16, fp16 -> ncclHalf, int32 -> ncclInt32.
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclHalf;
+    case DType::i32: return ncclInt32;
+  }
+  throw std::logic_error("nccl_type: unknown dtype");
+}
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
+
 struct EventRequest final : Request {
   cudaEvent_t ev = nullptr;
   ~EventRequest() override {
@@ -56,57 +68,64 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(float* buf, size_t n, ReduceOp op) override { iall_reduce(buf, n, op)->wait(); }
-  RequestPtr iall_reduce(float* buf, size_t n, ReduceOp op) override {
+  // NCCL reduces bf16 and fp16 in its kernels (widening to float per combine, as its ring or
+  // tree orders them); the dtype checks match MpiCommunicator's.
+  void all_reduce(TypedPtr buf, size_t n, ReduceOp op) override { iall_reduce(buf, n, op)->wait(); }
+  RequestPtr iall_reduce(TypedPtr buf, size_t n, ReduceOp op) override {
+    check_reduce_dtype(buf.dtype, "all_reduce");
     after_compute();
-    nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
+    nccl_check(ncclAllReduce(buf.data, buf.data, n, nccl_type(buf.dtype), nccl_op(op), comm_, stream_),
                "ncclAllReduce", rank_);
     return record();
   }
-  void reduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) override {
+  void reduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) override {
     ireduce_scatter(send, recv, counts)->wait();
   }
-  RequestPtr ireduce_scatter(const float* send, float* recv, const std::vector<size_t>& counts) override {
+  RequestPtr ireduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) override {
+    check_same_dtype(send.dtype, recv.dtype, "reduce_scatter");
     after_compute();
     // NCCL's reduce-scatter needs equal parts: uneven parts become one reduce per rank.
     nccl_check(ncclGroupStart(), "ncclGroupStart", rank_);
     size_t off = 0;
     for (int r = 0; r < size_; ++r) {
-      nccl_check(ncclReduce(send + off, recv, counts[size_t(r)], ncclFloat, ncclSum, r, comm_, stream_), "ncclReduce",
-                 rank_);
+      nccl_check(ncclReduce((send + off).data, recv.data, counts[size_t(r)], nccl_type(send.dtype), ncclSum, r, comm_,
+                            stream_),
+                 "ncclReduce", rank_);
       off += counts[size_t(r)];
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd", rank_);
     return record();
   }
-  void all_gather(float* buf, const std::vector<size_t>& counts) override { iall_gather(buf, counts)->wait(); }
-  RequestPtr iall_gather(float* buf, const std::vector<size_t>& counts) override {
+  void all_gather(TypedPtr buf, const std::vector<size_t>& counts) override { iall_gather(buf, counts)->wait(); }
+  RequestPtr iall_gather(TypedPtr buf, const std::vector<size_t>& counts) override {
     after_compute();
     nccl_check(ncclGroupStart(), "ncclGroupStart", rank_);
     size_t off = 0;
     for (int r = 0; r < size_; ++r) {
-      nccl_check(ncclBroadcast(buf + off, buf + off, counts[size_t(r)], ncclFloat, r, comm_, stream_),
+      void* part = (buf + off).data;
+      nccl_check(ncclBroadcast(part, part, counts[size_t(r)], nccl_type(buf.dtype), r, comm_, stream_),
                  "ncclBroadcast", rank_);
       off += counts[size_t(r)];
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd", rank_);
     return record();
   }
-  void broadcast(float* buf, size_t n, int root) override {
+  void broadcast(TypedPtr buf, size_t n, int root) override {
     after_compute();
-    nccl_check(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "ncclBroadcast", rank_);
+    nccl_check(ncclBroadcast(buf.data, buf.data, n, nccl_type(buf.dtype), root, comm_, stream_), "ncclBroadcast",
+               rank_);
     record()->wait();
   }
-  void send(const float* buf, size_t n, int peer, int tag) override { isend(buf, n, peer, tag)->wait(); }
-  void recv(float* buf, size_t n, int peer, int tag) override { irecv(buf, n, peer, tag)->wait(); }
-  RequestPtr isend(const float* buf, size_t n, int peer, int /*tag: NCCL orders by issue*/) override {
+  void send(ConstTypedPtr buf, size_t n, int peer, int tag) override { isend(buf, n, peer, tag)->wait(); }
+  void recv(TypedPtr buf, size_t n, int peer, int tag) override { irecv(buf, n, peer, tag)->wait(); }
+  RequestPtr isend(ConstTypedPtr buf, size_t n, int peer, int /*tag: NCCL orders by issue*/) override {
     after_compute();
-    nccl_check(ncclSend(buf, n, ncclFloat, peer, comm_, stream_), "ncclSend", rank_);
+    nccl_check(ncclSend(buf.data, n, nccl_type(buf.dtype), peer, comm_, stream_), "ncclSend", rank_);
     return record();
   }
-  RequestPtr irecv(float* buf, size_t n, int peer, int /*tag*/) override {
+  RequestPtr irecv(TypedPtr buf, size_t n, int peer, int /*tag*/) override {
     after_compute();
-    nccl_check(ncclRecv(buf, n, ncclFloat, peer, comm_, stream_), "ncclRecv", rank_);
+    nccl_check(ncclRecv(buf.data, n, nccl_type(buf.dtype), peer, comm_, stream_), "ncclRecv", rank_);
     return record();
   }
   void barrier() override {
@@ -144,17 +163,17 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device, 
 
 BenchMemory device_bench_memory(int device) {
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
-  return {[](size_t n) {
+  return {[](size_t bytes) {
             void* p = nullptr;
-            cuda_check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)), "cudaMalloc");
-            return static_cast<float*>(p);
+            cuda_check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
+            return p;
           },
-          [](float* p) { cudaFree(p); },
-          [](float* d, const float* h, size_t n) {
-            cuda_check(cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+          [](void* p) { cudaFree(p); },
+          [](void* d, const void* h, size_t bytes) {
+            cuda_check(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
           },
-          [](float* h, const float* s, size_t n) {
-            cuda_check(cudaMemcpy(h, s, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          [](void* h, const void* s, size_t bytes) {
+            cuda_check(cudaMemcpy(h, s, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
           }};
 }
 #else

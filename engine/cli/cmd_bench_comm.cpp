@@ -1,5 +1,7 @@
 // `loom bench comm`: collective bandwidth across the job, nccl-tests style (parallel/comm_bench.hpp).
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 
 #include "engine/cli/commands.hpp"
 #include "kernels/backend_factory.hpp"
@@ -10,6 +12,14 @@
 #include "parallel/process_groups.hpp"
 
 namespace loom::cli {
+namespace {
+DType parse_bench_dtype(const std::string& s) {
+  if (s == "fp32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "fp16") return DType::f16;
+  throw std::invalid_argument("bench comm: --dtype " + s + " (fp32, bf16 or fp16)");
+}
+}  // namespace
 
 int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);
@@ -19,9 +29,13 @@ int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv) {
     o.max_bytes = a.max_bytes;
     o.iters = a.iters;
     o.ops = a.ops;
+    o.dtype = parse_bench_dtype(a.dtype);
     long wrong = 0;
     if (a.backend == "mpi") {
       parallel::MpiCommunicator comm(world.comm());
+      if (!a.half_reduce.empty()) comm.set_half_reduce(parallel::parse_half_reduce(a.half_reduce));
+      if (o.dtype != DType::f32)
+        o.note = std::string("reduced via ") + parallel::half_reduce_name(comm.half_reduce());
       wrong = parallel::run_comm_bench(comm, parallel::host_bench_memory(), o);
     } else {
       // One GPU per rank, chosen by the rank on this node, as the trainer chooses it.

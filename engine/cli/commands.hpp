@@ -26,6 +26,8 @@ struct CommBenchArgs {
   size_t min_bytes = 1 << 10, max_bytes = size_t(256) << 20;
   int iters = 20;
   std::string ops = "all_reduce,reduce_scatter,all_gather";
+  std::string dtype = "fp32";          // fp32 | bf16 | fp16
+  std::string half_reduce;              // MPI, bf16/fp16: user_op | fp32; empty: the default
 };
 int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv);
 int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv);

@@ -98,6 +98,13 @@ int main(int argc, char** argv) {
   comm->add_option("--iters", comm_args.iters, "timed iterations per size (fewer for large messages)")
       ->capture_default_str();
   comm->add_option("--ops", comm_args.ops, "comma-separated collectives")->capture_default_str();
+  comm->add_option("--dtype", comm_args.dtype, "element type of the buffers")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  comm->add_option("--half-reduce", comm_args.half_reduce,
+                   "mpi, bf16/fp16: reduce with a user-defined MPI op (user_op) or through an fp32 scratch (fp32); "
+                   "default: the communicator's")
+      ->check(CLI::IsMember({"user_op", "fp32"}));
   gemm->add_option("-n", gemm_n, "matrix size")->capture_default_str();
   gemm->add_option("--reps", gemm_reps, "timed repetitions")->capture_default_str();
   gemm->add_option("--dtype", gemm_dtype, "fp32 (OpenBLAS sgemm) or bf16 (the CPU backend's bf16 matmul)")

@@ -33,16 +33,16 @@ class TestComm : public parallel::Communicator {
   std::string backend() const override { return "test"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  parallel::RequestPtr iall_reduce(float*, size_t, ReduceOp) override { throw unused(); }
-  void reduce_scatter(const float*, float*, const std::vector<size_t>&) override { throw unused(); }
-  parallel::RequestPtr ireduce_scatter(const float*, float*, const std::vector<size_t>&) override { throw unused(); }
-  void all_gather(float*, const std::vector<size_t>&) override { throw unused(); }
-  parallel::RequestPtr iall_gather(float*, const std::vector<size_t>&) override { throw unused(); }
-  void broadcast(float*, size_t, int) override { throw unused(); }
-  void send(const float*, size_t, int, int) override { throw unused(); }
-  void recv(float*, size_t, int, int) override { throw unused(); }
-  parallel::RequestPtr isend(const float*, size_t, int, int) override { throw unused(); }
-  parallel::RequestPtr irecv(float*, size_t, int, int) override { throw unused(); }
+  parallel::RequestPtr iall_reduce(TypedPtr, size_t, ReduceOp) override { throw unused(); }
+  void reduce_scatter(ConstTypedPtr, TypedPtr, const std::vector<size_t>&) override { throw unused(); }
+  parallel::RequestPtr ireduce_scatter(ConstTypedPtr, TypedPtr, const std::vector<size_t>&) override { throw unused(); }
+  void all_gather(TypedPtr, const std::vector<size_t>&) override { throw unused(); }
+  parallel::RequestPtr iall_gather(TypedPtr, const std::vector<size_t>&) override { throw unused(); }
+  void broadcast(TypedPtr, size_t, int) override { throw unused(); }
+  void send(ConstTypedPtr, size_t, int, int) override { throw unused(); }
+  void recv(TypedPtr, size_t, int, int) override { throw unused(); }
+  parallel::RequestPtr isend(ConstTypedPtr, size_t, int, int) override { throw unused(); }
+  parallel::RequestPtr irecv(TypedPtr, size_t, int, int) override { throw unused(); }
   void barrier() override { throw unused(); }
 
  protected:
@@ -54,7 +54,7 @@ class TestComm : public parallel::Communicator {
 class RecordingComm final : public TestComm {
  public:
   using TestComm::TestComm;
-  void all_reduce(float*, size_t n, ReduceOp op) override { calls.emplace_back(n, op); }
+  void all_reduce(TypedPtr, size_t n, ReduceOp op) override { calls.emplace_back(n, op); }
   std::vector<std::pair<size_t, ReduceOp>> calls;
 };
 
@@ -81,7 +81,8 @@ struct ThreadGroup {
 class ThreadComm final : public TestComm {
  public:
   ThreadComm(ThreadGroup& g, int rank) : TestComm(rank, g.size), g_(g) {}
-  void all_reduce(float* buf, size_t n, ReduceOp op) override {
+  void all_reduce(TypedPtr typed, size_t n, ReduceOp op) override {
+    float* buf = typed.as<float>();  // the model's tp all-reduces are fp32 here
     g_.bufs[size_t(rank_)] = buf;
     g_.wait_all();
     std::vector<float> r(g_.bufs[0], g_.bufs[0] + n);
