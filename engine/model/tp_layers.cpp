@@ -5,7 +5,7 @@
 namespace loom {
 
 void tp_all_reduce(const TensorParallel& tp, TypedPtr buf, size_t n, parallel::ReduceOp op) {
-  if (tp.size > 1) tp.comm->all_reduce(buf.as<float>(), n, op);  // MERGE-H3: typed communicator
+  if (tp.size > 1) tp.comm->all_reduce(buf, n, op);
 }
 
 void ColumnParallelLinear::forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b, int N) const {

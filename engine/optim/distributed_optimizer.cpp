@@ -20,15 +20,51 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
   parallel::Communicator& dp = groups_.device_dp();
   const std::vector<parallel::Range> buckets =
       parallel::plan_buckets(table.total(), config.bucket_elems, model_.ready_points);
-  buckets_ = std::make_unique<parallel::GradBuckets>(
-      dp, model_.grads, parallel::plan_bucket_shards(table.total(), buckets, zero_ >= 1, dp.size(), dp.rank()),
-      [this](size_t n) { return be_.alloc(n); });
+  auto alloc = [this](DType t, size_t n) {
+    TypedPtr p = be_.alloc(t, n);
+    owned_.push_back(p.data);
+    return p;
+  };
+  parallel::BucketPlan plan = parallel::plan_bucket_shards(table.total(), buckets, zero_ >= 1, dp.size(), dp.rank());
+  if (config.reduce_dtype == DType::f32) {
+    buckets_ = std::make_unique<parallel::GradBuckets>(dp, model_.grads, std::move(plan), alloc);
+  } else {
+    reduce_buf_ = alloc(config.reduce_dtype, table.total());
+    converted_from_ = table.total();
+    buckets_ = std::make_unique<parallel::GradBuckets>(dp, reduce_buf_, std::move(plan), alloc);
+    const size_t owned = buckets_->plan().owned_size;
+    reduce_bytes_ = table.total() * dtype_size(config.reduce_dtype);
+    if (buckets_->plan().sharded) {
+      owned32_ = alloc(DType::f32, owned).as<float>();
+      reduce_bytes_ += owned * (dtype_size(config.reduce_dtype) + sizeof(float));
+    }
+  }
   adamw_ = std::make_unique<AdamW>(be_, table, config.adamw, buckets_->plan().owned);
 }
 
-DistributedOptimizer::~DistributedOptimizer() = default;
+DistributedOptimizer::~DistributedOptimizer() {
+  buckets_.reset();  // waits for reductions in flight before their buffers go
+  for (void* p : owned_) be_.release(p);
+}
 
-void DistributedOptimizer::grads_ready_from(size_t offset) { buckets_->grads_ready_from(std::max(offset, tied_end_)); }
+float* DistributedOptimizer::owned_grads() {
+  if (!reduce_buf_) return buckets_->owned_grads();
+  return buckets_->plan().sharded ? owned32_ : model_.grads;
+}
+
+// bf16 reduction: rounds the gradients [from, converted_from_) that just became final into the
+// reduction buffer (offsets only decrease within a step).
+void DistributedOptimizer::convert_ready(size_t from) {
+  if (!reduce_buf_ || from >= converted_from_) return;
+  be_.convert(reduce_buf_ + from, ConstTypedPtr(model_.grads + from), converted_from_ - from);
+  converted_from_ = from;
+}
+
+void DistributedOptimizer::grads_ready_from(size_t offset) {
+  const size_t from = std::max(offset, tied_end_);
+  convert_ready(from);
+  buckets_->grads_ready_from(from);
+}
 
 double DistributedOptimizer::reduce_grads() {
   if (parallel::Communicator* emb = groups_.device_embedding()) {
@@ -37,7 +73,14 @@ double DistributedOptimizer::reduce_grads() {
     for (const ParamInfo& p : model_.table->params())
       if (p.tied) emb->all_reduce(model_.grads + p.offset, p.numel, parallel::ReduceOp::Sum);
   }
-  return buckets_->finish();
+  convert_ready(0);
+  const double waited = buckets_->finish();
+  if (reduce_buf_) {  // the bf16 sums back into fp32, where the norm and the update read them
+    const TypedPtr reduced = buckets_->owned_grads_typed();
+    be_.convert(owned_grads(), ConstTypedPtr(reduced), buckets_->plan().owned_size);
+    converted_from_ = model_.table->total();
+  }
+  return waited;
 }
 
 double DistributedOptimizer::grad_norm() {
@@ -46,7 +89,7 @@ double DistributedOptimizer::grad_norm() {
   // by tp rank 0 only; a tied copy by the stage that owns the original. Partial sums are added in
   // rank order, so every rank gets the same bits.
   const bool tp_lead = groups_.coord().tp == 0;
-  const float* packed = buckets_->owned_grads();
+  const float* packed = owned_grads();
   double local = 0;
   for_each_owned_piece(buckets_->plan().owned, *model_.table, [&](const ParamInfo& p, size_t lo, size_t hi, size_t k) {
     if (!p.tied_copy && (tp_lead || p.split != TpSplit::Replicated)) local += be_.sum_squares(packed + k, hi - lo);
@@ -57,7 +100,7 @@ double DistributedOptimizer::grad_norm() {
 }
 
 void DistributedOptimizer::update(double grad_norm, double lr, int64_t t, double grad_scale) {
-  float* grads = buckets_->owned_grads();
+  float* grads = owned_grads();
   // One pass: unscale (fp16's loss scale) and clip (the true norm is grad_norm).
   double factor = 1.0 / grad_scale;
   if (clip_ > 0 && grad_norm > clip_) factor *= clip_ / (grad_norm + 1e-6);
@@ -80,7 +123,7 @@ void DistributedOptimizer::import_moment(int which, size_t begin, size_t n, cons
 void DistributedOptimizer::poison_grads() {
   if (buckets_->plan().owned_size == 0) return;
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  be_.upload(buckets_->owned_grads(), &nan, 1);
+  be_.upload(owned_grads(), &nan, 1);
 }
 
 }  // namespace loom

@@ -5,8 +5,9 @@
 //   - which elements of the flat buffers this rank updates (the ZeRO stage: all of them at
 //     zero 0; one part of every gradient bucket per data-parallel rank at zero 1),
 //   - the bucketed gradient reduction over dp, overlapped with backward (parallel/grad_buckets),
-//     and the sum of tied gradients over the embedding group (the first and last pipeline
-//     stages' copies of wte),
+//     in fp32 or (parallel.grad_reduce_dtype: bf16) through a bf16 copy of the gradients that
+//     halves the bytes on the wire, and the sum of tied gradients over the embedding group (the
+//     first and last pipeline stages' copies of wte),
 //   - the global gradient norm and clipping,
 //   - the AdamW update of the owned elements and the all-gather that gives every dp rank the
 //     updated parameters,
@@ -45,6 +46,7 @@ struct DistOptimConfig {
   size_t bucket_elems = 1;  // parallel.bucket_mb, in floats
   AdamWHyper adamw;         // optim.beta1/beta2/eps/weight_decay
   double grad_clip = 0;     // optim.grad_clip (0: no clipping)
+  DType reduce_dtype = DType::f32;  // parallel.grad_reduce_dtype: fp32 or bf16
 };
 
 class DistributedOptimizer {
@@ -83,6 +85,8 @@ class DistributedOptimizer {
   int zero_stage() const { return zero_; }
   size_t bucket_count() const { return buckets_->plan().buckets.size(); }
   size_t state_bytes() const { return adamw_->state_bytes(); }
+  // Bytes of the bf16 reduction copy and its fp32 unpacked shard (0 with fp32 reduction).
+  size_t reduce_buffer_bytes() const { return reduce_bytes_; }
   // Makes this rank's first owned gradient NaN (LOOM_FAULT=nan@STEP, after reduce_grads()).
   void poison_grads();
 
@@ -95,6 +99,17 @@ class DistributedOptimizer {
   size_t tied_end_ = 0;  // gradients below this offset wait for the embedding group's sum
   std::unique_ptr<parallel::GradBuckets> buckets_;
   std::unique_ptr<AdamW> adamw_;
+  // bf16 reduction: the fp32 gradients are rounded into reduce_buf_ (the buckets' buffer) as
+  // backward finishes them, [converted_from_, total) so far; the reduced values come back into
+  // fp32: the model's gradients (unsharded) or owned32_ (this rank's packed shard).
+  TypedPtr reduce_buf_;
+  float* owned32_ = nullptr;
+  size_t converted_from_ = 0;
+  size_t reduce_bytes_ = 0;
+  std::vector<void*> owned_;  // backend memory this object allocated
+  void convert_ready(size_t from);
+  // The reduced fp32 gradients of the owned ranges, packed (see GradBuckets::owned_grads).
+  float* owned_grads();
 };
 
 }  // namespace loom

@@ -12,9 +12,9 @@ double evaluate(Gpt& model, parallel::ProcessGroups& groups, const std::vector<S
   for (const StepBatch& b : batches)
     for (int micro = 0; micro < micro_steps; ++micro, ++n) {
       const size_t off = size_t(micro) * B * T;
-      if (!st.first) pp.recv(model.input(0).as<float>(), elems, pp.rank() - 1, 21);  // MERGE-H3: typed
+      if (!st.first) pp.recv(model.input(0), elems, pp.rank() - 1, 21);
       sum += model.forward(0, b.tokens.data() + off, b.targets.data() + off, 0.0f);
-      if (!st.last) pp.send(model.output(0).as<float>(), elems, pp.rank() + 1, 21);  // MERGE-H3: typed
+      if (!st.last) pp.send(model.output(0), elems, pp.rank() + 1, 21);
     }
   // Host scalars: MPI.
   return groups.dp().sum_ordered(groups.pp().sum_ordered(sum) / n) / groups.layout().dp;

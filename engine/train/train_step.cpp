@@ -38,11 +38,10 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
     model.set_hooks(i + 1 == accum && s_.overlap_grad_reduce ? overlap : ModelHooks{});
     model.backward(i % slots);
   };
-  // MERGE-H3: typed StageWork
-  work.input = [&](int i) { return model.input(i % slots).as<float>(); };
-  work.output = [&](int i) { return model.output(i % slots).as<float>(); };
-  work.output_grad = [&] { return model.output_grad().as<float>(); };
-  work.input_grad = [&] { return model.input_grad().as<float>(); };
+  work.input = [&](int i) { return model.input(i % slots); };
+  work.output = [&](int i) { return model.output(i % slots); };
+  work.output_grad = [&] { return model.output_grad(); };
+  work.input_grad = [&] { return model.input_grad(); };
   parallel::run_1f1b(groups_.device_pp(), accum, size_t(B) * T * s_.d_model, work);
   model.set_hooks(ModelHooks{});
 

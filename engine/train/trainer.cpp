@@ -133,6 +133,7 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
     cfg.bucket_elems = std::max<size_t>(1, size_t(r_.parallel.bucket_mb * (1 << 20) / sizeof(float)));
     cfg.adamw = AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay};
     cfg.grad_clip = o.grad_clip;
+    cfg.reduce_dtype = r_.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
     optim_ = std::make_unique<DistributedOptimizer>(
         *backend_, ModelBuffers{model_->params(), model_->grads(), &model_->table(), model_->grad_ready_points()},
         groups_, cfg);
