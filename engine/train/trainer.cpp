@@ -178,10 +178,13 @@ void Trainer::print_header() const {
               model_->num_params() / 1e6, r_.global_batch_resolved(), r_.train.micro_batch, layout_.micro_steps,
               r_.parallel.dp, (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(),
               peak_flops_ / 1e9, optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
-  if (compute_ != DType::f32)
-    std::printf("loom: precision %s: fp32 master weights, gradients and optimizer state; %s activations%s\n",
-                dtype_name(compute_), dtype_name(compute_),
-                scaler_->enabled() ? ("; dynamic loss scale from " + std::to_string(scaler_->scale())).c_str() : "");
+  if (compute_ != DType::f32) {
+    char scale[64] = "";
+    if (scaler_->enabled()) std::snprintf(scale, sizeof scale, "; dynamic loss scale from %g", scaler_->scale());
+    std::printf("loom: precision %s: fp32 master weights, gradients and optimizer state; %s weights copy and "
+                "activations%s; gradients reduced in %s\n",
+                dtype_name(compute_), dtype_name(compute_), scale, r_.parallel.grad_reduce_dtype.c_str());
+  }
   if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
   // mpirun gives the ranks only odls_base_sigkill_timeout (Open MPI's default) after it receives
   // SIGTERM or Ctrl-C: too little to finish a step and save. Said once, with what works.
