@@ -2,7 +2,7 @@
 // `loom plan`: predicts, before a job is submitted, each rank's memory, the FLOPs and
 // communication of a step, and the step time, for a recipe on a given cluster; and searches the
 // layouts (tp, pp, dp, micro-batch, ZeRO) for the fastest one that fits. Memory comes from the
-// same functions that size the real buffers (the parameter table, gpt_activation_floats, the
+// same functions that size the real buffers (the parameter table, gpt_activation_bytes, the
 // 1F1B in-flight count, ZeRO's shard); time from the model-FLOPs formula and an alpha-beta
 // communication model with the device rates in docs/plan.md. No MPI: pure arithmetic.
 #include <string>
