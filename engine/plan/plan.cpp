@@ -43,6 +43,8 @@ DeviceSpec device_spec(const std::string& name) {
     d.cpu = true;
     d.memory_gb = 24;
     d.fp32_flops = measure_sgemm_flops(512, 12);  // best of 12: robust to a busy moment
+    // bf16 through oneDNN (train.precision bf16); fp16 has no fast CPU matmul (fp32 rate).
+    d.bf16_flops = measure_bf16_gemm_flops(512, 12);
     d.efficiency = 0.85;
     d.half_rows = 32;
     d.runtime_mb = 62;
@@ -159,7 +161,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   const double tokens = double(global) * T;
   p.flops_per_step = shape.flops_per_token() * tokens;
   // Small matmuls run below the device's rate: efficiency halves at half_rows rows.
-  const double peak = bf16 && cl.device.bf16_flops > 0 ? cl.device.bf16_flops : cl.device.fp32_flops;
+  const bool fast16 = bf16 && cl.device.bf16_flops > 0 && !(cl.device.cpu && r.train.precision == "fp16");
+  const double peak = fast16 ? cl.device.bf16_flops : cl.device.fp32_flops;
   const double rows = double(B) * T;
   const double rate = peak * cl.device.efficiency * rows / (rows + cl.device.half_rows) / (cl.device.cpu ? cl.per_node : 1);
   const double per_micro = shape.flops_per_token() * double(B) * T / (tp * pp) / rate;
