@@ -46,6 +46,9 @@ DeviceSpec device_spec(const std::string& name) {
     // bf16 through oneDNN (train.precision bf16); fp16 has no fast CPU matmul (fp32 rate).
     d.bf16_flops = measure_bf16_gemm_flops(512, 12);
     d.efficiency = 0.85;
+    // bf16: the matmuls got ~4x faster, the rest of the step did not (scripts/bench_cpu.sh:
+    // Loom bf16 sustains ~0.6 of the bf16 gemm rate on configs/bench-cpu.yaml, fp32 ~0.85 of sgemm).
+    d.efficiency16 = 0.6;
     d.half_rows = 32;
     d.runtime_mb = 62;
     d.intra_gbs = 5;
@@ -164,7 +167,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   const bool fast16 = bf16 && cl.device.bf16_flops > 0 && !(cl.device.cpu && r.train.precision == "fp16");
   const double peak = fast16 ? cl.device.bf16_flops : cl.device.fp32_flops;
   const double rows = double(B) * T;
-  const double rate = peak * cl.device.efficiency * rows / (rows + cl.device.half_rows) / (cl.device.cpu ? cl.per_node : 1);
+  const double eff = fast16 && cl.device.efficiency16 > 0 ? cl.device.efficiency16 : cl.device.efficiency;
+  const double rate = peak * eff * rows / (rows + cl.device.half_rows) / (cl.device.cpu ? cl.per_node : 1);
   const double per_micro = shape.flops_per_token() * double(B) * T / (tp * pp) / rate;
   // Recomputation re-runs forward work in backward: full, the whole forward (1/3 of the 6N
   // FLOPs: +1/3); selective, attention's scores and softmax (the 12LCT term's forward third).

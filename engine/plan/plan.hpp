@@ -18,6 +18,7 @@ struct DeviceSpec {
   double fp32_flops = 0;        // dense fp32 rate, per device (CPU: per node)
   double bf16_flops = 0;        // dense bf16 (tensor core) rate; 0 where there is none
   double efficiency = 0;        // fraction of the rate a training step sustains with large matmuls
+  double efficiency16 = 0;      // the same at bf16 (0: as efficiency)
   double half_rows = 0;         // matmul rows (micro-batch x seq) at which efficiency halves
   double runtime_mb = 0;        // per-rank fixed cost: CUDA context + libraries, or the process baseline
   double intra_gbs = 0, intra_alpha_us = 0;  // collective bus bandwidth and latency inside a node
