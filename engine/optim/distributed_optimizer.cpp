@@ -35,7 +35,7 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
     const size_t owned = buckets_->plan().owned_size;
     reduce_bytes_ = table.total() * dtype_size(config.reduce_dtype);
     if (buckets_->plan().sharded) {
-      owned32_ = alloc(DType::f32, owned).as<float>();
+      owned32_ = alloc(DType::f32, std::max<size_t>(owned, 1)).as<float>();  // a rank may own nothing
       reduce_bytes_ += owned * (dtype_size(config.reduce_dtype) + sizeof(float));
     }
   }

@@ -20,20 +20,20 @@ void RunGuard::after_step(int64_t step, const StepResult& r) {
   // Every rank sees the same loss and norm (both are global), so all agree on what follows.
   // fp16's overflow with a finite loss is the loss scaler's business (skip, back off), not a bad
   // step, unless the scale has nowhere left to go.
-  if (r.overflow && std::isfinite(r.loss) && r.loss_scale > 1) {
-    if (rank_ == 0)
-      std::printf("loom: step %lld: fp16 gradients overflowed at loss scale %g: update skipped, the scale backs off\n",
-                  (long long)step + 1, r.loss_scale);
-    return;
-  }
-  if (first_bad_step_ < 0 && (r.skipped || r.loss > diverged_loss_)) {
+  const bool scaler_overflow = r.overflow && std::isfinite(r.loss) && r.loss_scale > 1;
+  if (scaler_overflow && rank_ == 0)
+    std::printf("loom: step %lld: fp16 gradients overflowed at loss scale %g: update skipped, the scale backs off\n",
+                (long long)step + 1, r.loss_scale);
+  const bool bad = r.skipped && !scaler_overflow;
+  if (first_bad_step_ < 0 && (bad || r.loss > diverged_loss_)) {
     first_bad_step_ = step + 1;
     if (rank_ == 0)
       std::fprintf(stderr, "loom: step %lld: %s (loss %g): checkpoints from here on are marked not clean; the last "
                            "clean one is kept whatever checkpoint.keep_last says%s%s\n",
-                   (long long)step + 1, r.skipped ? "the run went non-finite" : "the loss diverged", r.loss,
+                   (long long)step + 1, bad ? "the run went non-finite" : "the loss diverged", r.loss,
                    resumed_from_.empty() ? "" : "; this session resumed from ", resumed_from_.c_str());
   }
+  if (scaler_overflow) return;  // neither good nor bad: the streak of bad steps is unchanged
   if (!r.skipped) {
     consecutive_bad_ = 0;
     return;

@@ -61,10 +61,11 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
     r.grad_norm = optim_.grad_norm() / scale;  // the norm of the true (unscaled) gradient
     r.loss = groups_.dp().sum_ordered(loss / accum) / groups_.layout().dp;
   }
-  r.loss_scale = scale;
-  // fp16: scaled gradients that overflowed skip the step and back the scale off (every rank sees
-  // the same norm, so every rank's scaler moves alike).
-  r.overflow = scaler_.after_step(!std::isfinite(r.grad_norm));
+  r.loss_scale = scaler_.scale();  // the scaler's (a forced overflow's 1e30 is not logged)
+  // fp16: scaled gradients that overflowed skip the step and back the scale off; a non-finite
+  // loss is no good step either (every rank sees the same loss and norm, so every rank's scaler
+  // moves alike).
+  r.overflow = scaler_.after_step(!std::isfinite(r.grad_norm) || !std::isfinite(r.loss));
   r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (!r.skipped) {
     TraceRecorder::Span span(&trace_, "optimizer", "optimizer");

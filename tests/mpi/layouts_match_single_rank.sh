@@ -52,8 +52,10 @@ if os.environ.get("LAYOUT_PRECISION", "fp32") != "fp32":
         print(f"{name}: worst relative loss difference over steps 1-15 {early:.1e} (tolerance {tol:g}); "
               f"mean of steps 41-50 {end(rows):.4f} vs single-rank {end(ref):.4f} ({late:.1e}, tolerance {tol_end:g})")
         assert early <= tol and late <= tol_end, f"{name} does not match the single-rank run"
-    sys.exit(0)
-for name in names:
+    exact = []  # no per-step comparison in bf16; the ZeRO-1 state check below still runs
+else:
+    exact = names
+for name in exact:
     rows = load(name)
     assert len(rows) == 50, name
     worst = {"loss": 0.0, "grad_norm": 0.0}
