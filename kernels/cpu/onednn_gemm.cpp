@@ -20,6 +20,11 @@ bool GemmDesc::operator<(const GemmDesc& o) const {
          std::tie(o.in, o.out, o.M, o.K, o.N, o.a_trans, o.b_trans, o.bias, o.accumulate);
 }
 
+bool BatchedGemmDesc::operator<(const BatchedGemmDesc& o) const {
+  return std::tie(in, out, batch0, batch1, M, K, N, a_strides, b_strides, dst_strides) <
+         std::tie(o.in, o.out, o.batch0, o.batch1, o.M, o.K, o.N, o.a_strides, o.b_strides, o.dst_strides);
+}
+
 bool cpu_has_native_bf16() {
 #ifdef LOOM_HAVE_DNNL
   const auto isa = dnnl::get_effective_cpu_isa();
@@ -54,6 +59,28 @@ struct Prim {
   dnnl::matmul mm;
 };
 
+// Creates the primitive for p's memory descs; p.ok stays false when oneDNN has only its reference
+// implementation or none.
+void create(Prim& p, bool bias, bool accumulate) {
+  try {
+    dnnl::primitive_attr attr;
+    if (accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::desc md = bias ? dnnl::matmul::desc(p.a, p.b, p.bias, p.dst) : dnnl::matmul::desc(p.a, p.b, p.dst);
+    dnnl::matmul::primitive_desc pd(md, attr, engine());
+    p.impl = pd.impl_info_str();
+    // oneDNN's reference kernels are slower than widening to fp32 and calling sgemm.
+    if (p.impl.rfind("ref", 0) == 0) return;
+    p.mm = dnnl::matmul(pd);
+    p.ok = true;
+  } catch (const dnnl::error&) {
+    // unimplemented for these dtypes on this CPU (e.g. f16 without AVX512_FP16)
+  }
+}
+
 Prim make(const GemmDesc& d) {
   Prim p;
   using dims = dnnl::memory::dims;
@@ -62,33 +89,45 @@ Prim make(const GemmDesc& d) {
   p.b = dnnl::memory::desc({d.K, d.N}, in, d.b_trans ? dims{1, d.K} : dims{d.N, 1});
   p.dst = dnnl::memory::desc({d.M, d.N}, out, dims{d.N, 1});
   if (d.bias) p.bias = dnnl::memory::desc({1, d.N}, in, dims{d.N, 1});
-  try {
-    dnnl::primitive_attr attr;
-    if (d.accumulate) {
-      dnnl::post_ops po;
-      po.append_sum(1.0f);
-      attr.set_post_ops(po);
-    }
-    dnnl::matmul::desc md = d.bias ? dnnl::matmul::desc(p.a, p.b, p.bias, p.dst) : dnnl::matmul::desc(p.a, p.b, p.dst);
-    dnnl::matmul::primitive_desc pd(md, attr, engine());
-    p.impl = pd.impl_info_str();
-    // oneDNN's reference kernels are slower than widening to fp32 and calling sgemm.
-    if (p.impl.rfind("ref", 0) == 0) return p;
-    p.mm = dnnl::matmul(pd);
-    p.ok = true;
-  } catch (const dnnl::error&) {
-    // unimplemented for these dtypes on this CPU (e.g. f16 without AVX512_FP16)
-  }
+  create(p, d.bias, d.accumulate);
   return p;
 }
 
-const Prim& lookup(const GemmDesc& d) {
+Prim make(const BatchedGemmDesc& d) {
+  Prim p;
+  using dims = dnnl::memory::dims;
+  const dt in = to_dnnl(d.in), out = to_dnnl(d.out);
+  auto md = [&](int64_t rows, int64_t cols, dt t, const std::array<int64_t, 4>& s) {
+    return dnnl::memory::desc({d.batch0, d.batch1, rows, cols}, t, dims{s[0], s[1], s[2], s[3]});
+  };
+  p.a = md(d.M, d.K, in, d.a_strides);
+  p.b = md(d.K, d.N, in, d.b_strides);
+  p.dst = md(d.M, d.N, out, d.dst_strides);
+  create(p, false, false);
+  return p;
+}
+
+// One cache per desc type; entries are never erased, so the returned reference stays valid.
+template <typename Desc>
+const Prim& lookup(const Desc& d) {
   static std::mutex mu;
-  static std::map<GemmDesc, std::unique_ptr<Prim>> cache;
+  static std::map<Desc, std::unique_ptr<Prim>> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = cache[d];
   if (!slot) slot = std::make_unique<Prim>(make(d));
-  return *slot;  // entries are never erased: the reference stays valid
+  return *slot;
+}
+
+void execute(const Prim& p, void* dst, const void* a, const void* b, const void* bias) {
+  thread_local dnnl::stream stream(engine());
+  auto mem = [&](const dnnl::memory::desc& md, const void* ptr) {
+    return dnnl::memory(md, engine(), const_cast<void*>(ptr));
+  };
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, mem(p.a, a)}, {DNNL_ARG_WEIGHTS, mem(p.b, b)}, {DNNL_ARG_DST, mem(p.dst, dst)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, mem(p.bias, bias));
+  p.mm.execute(stream, args);
+  stream.wait();
 }
 
 }  // namespace
@@ -98,20 +137,20 @@ bool built() { return true; }
 bool gemm(const GemmDesc& d, void* dst, const void* a, const void* b, const void* bias) {
   const Prim& p = lookup(d);
   if (!p.ok) return false;
-  thread_local dnnl::stream stream(engine());
-  auto mem = [&](const dnnl::memory::desc& md, const void* ptr) {
-    return dnnl::memory(md, engine(), const_cast<void*>(ptr));
-  };
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, mem(p.a, a)}, {DNNL_ARG_WEIGHTS, mem(p.b, b)}, {DNNL_ARG_DST, mem(p.dst, dst)}};
-  if (d.bias) args.emplace(DNNL_ARG_BIAS, mem(p.bias, bias));
-  p.mm.execute(stream, args);
-  stream.wait();
+  execute(p, dst, a, b, d.bias ? bias : nullptr);
+  return true;
+}
+bool gemm(const BatchedGemmDesc& d, void* dst, const void* a, const void* b) {
+  const Prim& p = lookup(d);
+  if (!p.ok) return false;
+  execute(p, dst, a, b, nullptr);
   return true;
 }
 
 std::string impl_name(const GemmDesc& d) { return lookup(d).impl; }
 bool supported(const GemmDesc& d) { return lookup(d).ok; }
+std::string impl_name(const BatchedGemmDesc& d) { return lookup(d).impl; }
+bool supported(const BatchedGemmDesc& d) { return lookup(d).ok; }
 
 #else  // no oneDNN in this build
 
@@ -119,6 +158,9 @@ bool built() { return false; }
 bool gemm(const GemmDesc&, void*, const void*, const void*, const void*) { return false; }
 std::string impl_name(const GemmDesc&) { return ""; }
 bool supported(const GemmDesc&) { return false; }
+bool gemm(const BatchedGemmDesc&, void*, const void*, const void*) { return false; }
+std::string impl_name(const BatchedGemmDesc&) { return ""; }
+bool supported(const BatchedGemmDesc&) { return false; }
 
 #endif
 

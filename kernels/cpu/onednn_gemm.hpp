@@ -11,6 +11,8 @@
 //
 // Threading: Debian's oneDNN uses OpenMP (omp_get_max_threads() threads per call); call from
 // outside a parallel region.
+#include <array>
+#include <cstdint>
 #include <string>
 
 #include "kernels/dtype.hpp"
@@ -28,6 +30,20 @@ struct GemmDesc {
   bool operator<(const GemmDesc& o) const;
 };
 
+// A batch of products on strided views, for operands that live inside other tensors (one
+// attention head's columns of the (B, T, 3C) qkv buffer, a block of its (T, T) probabilities):
+// dst[i][j] (M,N) = a[i][j] (M,K) @ b[i][j] (K,N) for i < batch0, j < batch1. Each operand is
+// given by the element strides of its four dimensions (batch0, batch1, row, column), so a
+// transposed operand is a swap of its last two strides and nothing is copied. a and b have dtype
+// `in`, dst dtype `out` (fp32 accumulation, a 16-bit dst rounded once). With interleaved strides
+// oneDNN 2.6 runs its jit gemm ("gemm:jit"), not brgemm; each dst element is one fixed-order sum.
+struct BatchedGemmDesc {
+  DType in = DType::bf16, out = DType::f32;
+  int64_t batch0 = 1, batch1 = 1, M = 0, K = 0, N = 0;
+  std::array<int64_t, 4> a_strides{}, b_strides{}, dst_strides{};
+  bool operator<(const BatchedGemmDesc& o) const;
+};
+
 // True when this build has oneDNN.
 bool built();
 // Runs the product through a cached primitive; false (nothing written) when oneDNN is not built
@@ -37,6 +53,10 @@ bool gemm(const GemmDesc& d, void* dst, const void* a, const void* b, const void
 bool supported(const GemmDesc& d);
 // oneDNN's name for the implementation it runs for d ("brg:avx512_core_bf16", ...), or "" if none.
 std::string impl_name(const GemmDesc& d);
+// The same three for batched strided products.
+bool gemm(const BatchedGemmDesc& d, void* dst, const void* a, const void* b);
+bool supported(const BatchedGemmDesc& d);
+std::string impl_name(const BatchedGemmDesc& d);
 // True when the CPU runs bf16 dot products natively (AVX512_BF16 or AMX).
 bool cpu_has_native_bf16();
 
