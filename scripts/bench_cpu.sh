@@ -6,8 +6,9 @@
 #   [ROUNDS=3] [LOOM=build/loom] [RUN_TIMEOUT=600] scripts/bench_cpu.sh [THREADS]   (default: all cores)
 # Needs scripts/setup.sh --dev (PyTorch) and a build (scripts/build.sh). A variant that fails (a
 # Loom without bf16 kernels, a binary whose `bench gemm` has no --dtype) is reported in the table
-# and the rest still run. Every run's output is kept in runs/bench-cpu/logs/, the raw figures in
-# runs/bench-cpu/results.tsv; scripts/bench_precision_table.py turns those into the table.
+# and the rest still run. Each invocation writes a new directory runs/bench-cpu/STAMP/ (nothing
+# earlier is touched): every run's output in logs/, the raw figures in results.tsv;
+# scripts/bench_precision_table.py turns those into the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-$(nproc)}
@@ -16,9 +17,10 @@ run_timeout=${RUN_TIMEOUT:-600}
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 loom=${LOOM:-build/loom}
 scripts/prepare_fortunes.sh data/fortunes "$loom" >/dev/null
-out=runs/bench-cpu
+out=runs/bench-cpu/$(date -u +%Y%m%dT%H%M%SZ)
 results=$out/results.tsv
-mkdir -p "$out/logs"
+mkdir -p runs/bench-cpu
+mkdir "$out" && mkdir "$out/logs"  # fails rather than reuse a directory started the same second
 : >"$results"
 # The shape of configs/bench-cpu.yaml, for PyTorch.
 shape=(--n_layer 6 --n_head 6 --d_model 384 --seq_len 256 --batch 8 --vocab 257)
