@@ -3,6 +3,8 @@
 // running it at a training step's sizes).
 #include "kernels/cpu/onednn_gemm.hpp"
 
+#include <omp.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,11 +84,13 @@ Prim make(const GemmDesc& d) {
   return p;
 }
 
+// Keyed by shape and thread count: a primitive is laid out for the threads it was created with.
 const Prim& lookup(const GemmDesc& d) {
   static std::mutex mu;
-  static std::map<GemmDesc, std::unique_ptr<Prim>> cache;
+  static std::map<std::pair<GemmDesc, int>, std::unique_ptr<Prim>> cache;
+  const int threads = omp_get_max_threads();
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[d];
+  auto& slot = cache[{d, threads}];
   if (!slot) slot = std::make_unique<Prim>(make(d));
   return *slot;  // entries are never erased: the reference stays valid
 }
