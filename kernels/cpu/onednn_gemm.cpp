@@ -24,10 +24,14 @@ bool GemmDesc::operator<(const GemmDesc& o) const {
 
 bool cpu_has_native_bf16() {
 #ifdef LOOM_HAVE_DNNL
-  const auto isa = dnnl::get_effective_cpu_isa();
-  if (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx) return true;
-#endif
+  // The ISA oneDNN will use (the CPU's, or less under DNNL_MAX_CPU_ISA): a bit mask, in which
+  // avx512_core_amx contains avx512_core_bf16's bits.
+  const unsigned isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const unsigned bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+#else
   return __builtin_cpu_supports("avx512bf16");
+#endif
 }
 
 #ifdef LOOM_HAVE_DNNL
