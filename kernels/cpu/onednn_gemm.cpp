@@ -3,6 +3,8 @@
 // running it at a training step's sizes).
 #include "kernels/cpu/onednn_gemm.hpp"
 
+#include <omp.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,10 +29,14 @@ bool BatchedGemmDesc::operator<(const BatchedGemmDesc& o) const {
 
 bool cpu_has_native_bf16() {
 #ifdef LOOM_HAVE_DNNL
-  const auto isa = dnnl::get_effective_cpu_isa();
-  if (isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx) return true;
-#endif
+  // The ISA oneDNN will use (the CPU's, or less under DNNL_MAX_CPU_ISA): a bit mask, in which
+  // avx512_core_amx contains avx512_core_bf16's bits.
+  const unsigned isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const unsigned bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+#else
   return __builtin_cpu_supports("avx512bf16");
+#endif
 }
 
 #ifdef LOOM_HAVE_DNNL
@@ -107,13 +113,15 @@ Prim make(const BatchedGemmDesc& d) {
   return p;
 }
 
-// One cache per desc type; entries are never erased, so the returned reference stays valid.
+// One cache per desc type, keyed by shape and thread count (a primitive is laid out for the
+// threads it was created with); entries are never erased, so the returned reference stays valid.
 template <typename Desc>
 const Prim& lookup(const Desc& d) {
   static std::mutex mu;
-  static std::map<Desc, std::unique_ptr<Prim>> cache;
+  static std::map<std::pair<Desc, int>, std::unique_ptr<Prim>> cache;
+  const int threads = omp_get_max_threads();
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[d];
+  auto& slot = cache[{d, threads}];
   if (!slot) slot = std::make_unique<Prim>(make(d));
   return *slot;
 }
