@@ -316,10 +316,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* /*out: no
 #define LOOM_INSTANTIATE(T)                                                           \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);           \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int);
-LOOM_INSTANTIATE(float)
-LOOM_INSTANTIATE(double)
-LOOM_INSTANTIATE(bf16)
-LOOM_INSTANTIATE(fp16)
+LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

@@ -33,6 +33,9 @@ namespace loom::cpu {
 #define Scalar acc_t<Real>
 #include "kernels/backend_ops.def"
 
+// Expands M(T) once per storage type every op is instantiated for (in each kernels/cpu/<op>.cpp).
+#define LOOM_CPU_FOR_EACH_TYPE(M) M(float) M(double) M(bf16) M(fp16)
+
 // Splits [0, n) into blocks of `block` columns for deterministic column-parallel reductions.
 constexpr int kColumnBlock = 32;
 

@@ -106,10 +106,7 @@ void crossentropy_finish(acc_t<T>* losses, T* logits, const acc_t<T>* maxes, con
   template void crossentropy_finish<T>(acc_t<T>*, T*, const acc_t<T>*, const acc_t<T>*, const int32_t*, int, int,   \
                                        int, int, acc_t<T>, bool);                                                   \
   template void softmax_crossentropy<T>(acc_t<T>*, T*, const int32_t*, int, int, int, acc_t<T>, bool);
-LOOM_INSTANTIATE(float)
-LOOM_INSTANTIATE(double)
-LOOM_INSTANTIATE(bf16)
-LOOM_INSTANTIATE(fp16)
+LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

@@ -118,10 +118,7 @@ void convert(TypedPtr dst, ConstTypedPtr src, size_t n) {
   template void zero<T>(T*, size_t);                         \
   template void residual_forward<T>(T*, const T*, const T*, size_t); \
   template void scale<T>(acc_t<T>*, size_t, acc_t<T>);
-LOOM_INSTANTIATE(float)
-LOOM_INSTANTIATE(double)
-LOOM_INSTANTIATE(bf16)
-LOOM_INSTANTIATE(fp16)
+LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

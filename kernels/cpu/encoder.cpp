@@ -66,10 +66,7 @@ void encoder_backward(acc_t<T>* dwte, acc_t<T>* dwpe, const T* dout, const int32
 #define LOOM_INSTANTIATE(T)                                                                                   \
   template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, int, int);          \
   template void encoder_backward<T>(acc_t<T>*, acc_t<T>*, const T*, const int32_t*, int, int, int, int, int);
-LOOM_INSTANTIATE(float)
-LOOM_INSTANTIATE(double)
-LOOM_INSTANTIATE(bf16)
-LOOM_INSTANTIATE(fp16)
+LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

@@ -84,10 +84,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
 #define LOOM_INSTANTIATE(T)                            \
   template void gelu_forward<T>(T*, const T*, size_t); \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);
-LOOM_INSTANTIATE(float)
-LOOM_INSTANTIATE(double)
-LOOM_INSTANTIATE(bf16)
-LOOM_INSTANTIATE(fp16)
+LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

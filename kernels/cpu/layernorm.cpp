@@ -107,10 +107,7 @@ void layernorm_backward(T* dinp, acc_t<T>* dw, acc_t<T>* db, const T* dout, cons
   template void layernorm_forward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, int);             \
   template void layernorm_backward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, const acc_t<T>*,      \
                                       const acc_t<T>*, int, int);
-LOOM_INSTANTIATE(float)
-LOOM_INSTANTIATE(double)
-LOOM_INSTANTIATE(bf16)
-LOOM_INSTANTIATE(fp16)
+LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu

@@ -139,10 +139,7 @@ void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, cons
 #define LOOM_INSTANTIATE(T)                                                                          \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);                  \
   template void matmul_backward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, int, int);
-LOOM_INSTANTIATE(float)
-LOOM_INSTANTIATE(double)
-LOOM_INSTANTIATE(bf16)
-LOOM_INSTANTIATE(fp16)
+LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
 }  // namespace loom::cpu
