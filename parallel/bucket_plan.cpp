@@ -11,7 +11,7 @@ std::vector<size_t> even_counts(size_t n, int parts) {
   return c;
 }
 
-std::vector<Range> plan_buckets(size_t n, size_t bucket_elems, std::vector<size_t> ready_points) {
+std::vector<Range> plan_buckets(size_t n, size_t bucket_elems, std::vector<size_t> ready_points, bool split_at_points) {
   if (bucket_elems == 0) throw std::invalid_argument("plan_buckets: bucket size must be positive");
   // Readiness segments from the end of the buffer down to 0.
   ready_points.push_back(0);
@@ -31,7 +31,7 @@ std::vector<Range> plan_buckets(size_t n, size_t bucket_elems, std::vector<size_
     // Close once big enough; and always before the final segment (the one backward finishes
     // last, e.g. the embeddings), so that what is exposed after backward is only that.
     const bool before_final = i + 2 == ready_points.size();
-    if (end > point && (end - point >= bucket_elems || before_final || point == 0)) close(point);
+    if (end > point && (end - point >= bucket_elems || before_final || point == 0 || split_at_points)) close(point);
   }
   return buckets;
 }

@@ -22,8 +22,10 @@
 namespace loom::parallel {
 
 // Buckets of [0, n) in launch order (from the end of the buffer to its start). Throws
-// std::invalid_argument if bucket_elems is 0.
-std::vector<Range> plan_buckets(size_t n, size_t bucket_elems, std::vector<size_t> ready_points);
+// std::invalid_argument if bucket_elems is 0. `split_at_points`: every ready point is also a
+// bucket boundary (ZeRO-2/3 reduce and gather unit by unit, and a bucket never spans two units).
+std::vector<Range> plan_buckets(size_t n, size_t bucket_elems, std::vector<size_t> ready_points,
+                                bool split_at_points = false);
 
 struct BucketPlan {
   std::vector<Range> buckets;               // launch order

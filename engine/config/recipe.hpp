@@ -22,7 +22,8 @@ struct ParallelConfig {
   int dp = 0;  // 0 means "auto": world / (tp * pp), resolved by resolve_world()
   std::string pp_layers = "auto";   // blocks per pipeline stage: "auto" (n_layer / pp each) or "3,5"
   double bucket_mb = 25.0;          // gradient all-reduce bucket size (MiB of fp32 gradients)
-  int zero = 0;                     // 1: ZeRO-1 (optimizer state sharded over dp)
+  int zero = 0;                     // ZeRO stage: 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
+  bool prefetch = true;             // zero 3: gather the next unit during the current one
   std::string grad_reduce_dtype = "fp32";  // fp32 | bf16: the dtype gradients cross the dp group in
   bool overlap_grad_reduce = true;  // launch each bucket as soon as backward completes it
   double timeout_s = 600;           // a communication call open longer aborts the job; 0: never
@@ -53,6 +54,7 @@ struct OptimConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
+  std::string offload = "none";  // none | cpu: master weights, moments and update in host memory
 };
 
 struct DataConfig {

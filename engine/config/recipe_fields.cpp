@@ -28,7 +28,8 @@ std::vector<Field> make_fields() {
       {"parallel", "dp", K::IntOrAuto, 1, 1 << 20, {}, LOOM_MEMBER(parallel, dp), "data-parallel degree, or auto = world / (tp*pp)"},
       {"parallel", "pp_layers", K::String, 0, 0, {}, LOOM_MEMBER(parallel, pp_layers), "blocks per pipeline stage: auto (n_layer/pp each) or a list such as \"3,5\" (pp entries summing to n_layer)"},
       {"parallel", "bucket_mb", K::Float, 1e-6, 1e6, {}, LOOM_MEMBER(parallel, bucket_mb), "gradient reduction bucket size in MiB (of fp32 gradients)"},
-      {"parallel", "zero", K::Int, 0, 1, {}, LOOM_MEMBER(parallel, zero), "0: replicated optimizer; 1: ZeRO-1, optimizer state and update sharded over dp"},
+      {"parallel", "zero", K::Int, 0, 3, {}, LOOM_MEMBER(parallel, zero), "ZeRO stage over dp: 0 replicated; 1 optimizer state and update sharded; 2 also gradients (reduce-scattered unit by unit during backward); 3 also parameters (each unit all-gathered just before use and freed after)"},
+      {"parallel", "prefetch", K::Bool, 0, 0, {}, LOOM_MEMBER(parallel, prefetch), "zero 3: start gathering the next unit's parameters while the current one computes (false: gather each on demand)"},
       {"parallel", "grad_reduce_dtype", K::String, 0, 0, {"fp32", "bf16"}, LOOM_MEMBER(parallel, grad_reduce_dtype), "dtype the gradients are reduced in over the data-parallel group: fp32 (exact to fp32 rounding) or bf16 (half the bytes on the wire; each bucket rounded to bf16 before the sum and the sum rounded again)"},
       {"parallel", "overlap_grad_reduce", K::Bool, 0, 0, {}, LOOM_MEMBER(parallel, overlap_grad_reduce), "launch each gradient bucket's reduction as soon as backward completes it (false: all after backward)"},
       {"parallel", "timeout_s", K::Float, 0, 1e7, {}, LOOM_MEMBER(parallel, timeout_s), "a communication call that has not completed after this many seconds aborts the whole job, naming the call, group and step (0: wait forever)"},
@@ -54,6 +55,7 @@ std::vector<Field> make_fields() {
       {"optim", "beta1", K::Float, 0, 0.999999999, {}, LOOM_MEMBER(optim, beta1), "Adam first-moment decay, in [0, 1)"},
       {"optim", "beta2", K::Float, 0, 0.999999999, {}, LOOM_MEMBER(optim, beta2), "Adam second-moment decay, in [0, 1)"},
       {"optim", "eps", K::Float, 1e-30, 1, {}, LOOM_MEMBER(optim, eps), "Adam epsilon, > 0"},
+      {"optim", "offload", K::String, 0, 0, {"none", "cpu"}, LOOM_MEMBER(optim, offload), "cpu: the fp32 master weights, Adam moments and update live in host memory and run on the CPU (ZeRO-Offload); the device keeps the compute weights and gradients"},
       {"optim", "grad_clip", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, grad_clip), "clip the global gradient norm to this value; 0 disables"},
 
       {"data", "train", K::String, 0, 0, {}, LOOM_MEMBER(data, train), "training data: a `loom prep` directory, a shard file, a directory or glob of shards, or a Megatron PREFIX"},

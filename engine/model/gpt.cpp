@@ -22,7 +22,7 @@ StageSpec whole_if_default(StageSpec s, int n_layer) {
 }  // namespace
 
 Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp, StageSpec stage, int slots,
-         Recompute recompute, DType compute)
+         Recompute recompute, DType compute, ModelHolds holds)
     : be_(backend),
       shape_(shape),
       tp_(tp),
@@ -34,6 +34,8 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
       head_(backend, tp, shape.d_model, shape.vocab_pad / tp.size),
       loss_(backend, tp, shape.vocab, shape.vocab_pad),
       compute_(compute),
+      holds_(holds),
+      units_(param_units(table_)),
       recompute_(recompute) {
   if (shape.d_model % shape.n_head != 0) throw std::invalid_argument("d_model must be divisible by n_head");
   if (shape.n_head % tp.size != 0 || shape.vocab_pad % tp.size != 0)
@@ -44,10 +46,22 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
     throw std::invalid_argument("the compute dtype must be fp32, bf16 or fp16");
   const size_t N = size_t(B_) * shape.seq_len, C = shape.d_model, Ct = C / size_t(tp.size);
   const size_t Vt = size_t(embed_.rows());
-  params_ = alloc_f32(table_.total(), false);
-  grads_ = alloc_f32(table_.total(), false);
-  wparams_ = compute_ == DType::f32 ? TypedPtr(params_)
-                                    : TypedPtr(alloc_bytes(table_.total() * dtype_size(compute_), false), compute_);
+  if (holds_ != ModelHolds::Nothing) {
+    params_ = alloc_f32(table_.total(), false);
+    wparams_ = compute_ == DType::f32 ? TypedPtr(params_)
+                                      : TypedPtr(alloc_bytes(table_.total() * dtype_size(compute_), false), compute_);
+  }
+  if (holds_ == ModelHolds::All) grads_ = alloc_f32(table_.total(), false);
+  wbase_.resize(units_.size());
+  gbase_.resize(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const ParamUnit& unit = units_[u];
+    if (wparams_) wbase_[u] = wparams_ + unit.begin;
+    if (grads_) gbase_[u] = grads_ + unit.begin;
+    if (unit.kind == ParamUnit::Embedding) unit_embed_ = int(u);
+    if (unit.kind == ParamUnit::Final) unit_final_ = int(u);
+    if (unit.kind == ParamUnit::Block) unit_of_block_.push_back(int(u));
+  }
   slots_.resize(size_t(slots));
   for (Slot& s : slots_) {
     s.tokens = static_cast<int32_t*>(alloc_bytes(N * sizeof(int32_t), false));
@@ -92,21 +106,71 @@ Gpt::~Gpt() {
 }
 
 void Gpt::sync_compute_weights() {
-  if (compute_ != DType::f32) be_.convert(wparams_, params_, table_.total());
+  if (compute_ != DType::f32 && params_) be_.convert(wparams_, params_, table_.total());
 }
 
-void Gpt::set_params(const float* host) {
-  be_.upload(params_, host, table_.total());
-  sync_compute_weights();
+void Gpt::set_storage(UnitStorage* storage) {
+  if (holds_ != ModelHolds::All && !storage) throw std::logic_error("Gpt::set_storage: this model needs a storage");
+  if (storage && storage->holds_weights() != (holds_ == ModelHolds::Nothing))
+    throw std::logic_error("Gpt::set_storage: the storage's weights and the model's disagree");
+  storage_ = storage;
 }
+
+namespace {
+[[noreturn]] void no_storage(const char* what) {
+  throw std::logic_error(std::string("Gpt::") + what + ": the model does not hold its weights and has no storage");
+}
+}  // namespace
+
+void Gpt::set_params(const float* host) { set_params(0, table_.total(), host); }
 void Gpt::set_params(size_t offset, size_t n, const float* host) {
   if (offset + n > table_.total()) throw std::out_of_range("Gpt::set_params: range past the parameters");
+  if (!params_) {
+    if (!storage_) no_storage("set_params");
+    storage_->set_master(offset, n, host);
+    return;
+  }
   be_.upload(params_ + offset, host, n);
   if (compute_ != DType::f32) be_.convert(wparams_ + offset, params_ + offset, n);
 }
-void Gpt::get_params(float* host) const { be_.download(host, params_, table_.total()); }
-void Gpt::get_grads(float* host) const { be_.download(host, grads_, table_.total()); }
-void Gpt::zero_grads() { be_.zero(grads_, table_.total()); }
+void Gpt::get_params(float* host) const {
+  if (!params_) {
+    if (!storage_) no_storage("get_params");
+    storage_->get_master(host);
+    return;
+  }
+  be_.download(host, params_, table_.total());
+}
+void Gpt::get_grads(float* host) const {
+  if (!grads_) throw std::logic_error("Gpt::get_grads: the gradients are sharded (ZeRO-2/3)");
+  be_.download(host, grads_, table_.total());
+}
+void Gpt::zero_grads() {
+  if (grads_) be_.zero(grads_, table_.total());
+}
+
+TypedPtr Gpt::weights(int u, int next) {
+  if (storage_ && holds_ == ModelHolds::Nothing) wbase_[size_t(u)] = storage_->acquire_weights(u, next);
+  return wbase_[size_t(u)];
+}
+void Gpt::release(int u) {
+  if (storage_ && holds_ == ModelHolds::Nothing) {
+    storage_->release_weights(u);
+    wbase_[size_t(u)] = TypedPtr();
+  }
+}
+float* Gpt::grads_of(int u) {
+  if (storage_ && holds_ != ModelHolds::All) gbase_[size_t(u)] = storage_->acquire_grads(u);
+  return gbase_[size_t(u)];
+}
+void Gpt::grads_done(int u) {
+  if (storage_ && holds_ != ModelHolds::All) {
+    storage_->grads_done(u);
+    gbase_[size_t(u)] = nullptr;
+  } else if (hooks_.grads_ready_from) {
+    hooks_.grads_ready_from(units_[size_t(u)].begin);
+  }
+}
 
 TypedPtr Gpt::input(int slot) { return slots_.at(size_t(slot)).input; }
 ConstTypedPtr Gpt::output(int slot) { return slots_.at(size_t(slot)).layers.back().res3; }
@@ -148,80 +212,109 @@ BlockActs Gpt::acts(const Slot& s, int i) const {
   return a;
 }
 
-namespace {
-template <typename F, typename... A>
-void call(const F& hook, A... args) {
-  if (hook) hook(args...);
-}
-}  // namespace
 
+// Weights are asked for unit by unit just before use and given back right after (ZeRO-3 gathers
+// and frees them; flat models get their own views back), each time naming the unit that comes
+// next so that its gather can overlap this unit's compute. The tied wte (in the embedding unit) is
+// used twice per forward on a stage that is first and last: it is given back after the lookup and
+// asked for again for the head (one more gather instead of holding the largest unit through the
+// whole pass); the head's weights stay from its forward to its backward, which follows at once
+// on a last stage (1F1B), unless the forward computes no gradient (evaluation).
 double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, float dloss) {
-  const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T;
+  const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T, L = stage_.n_layers;
   Slot& s = slots_.at(size_t(slot));
+  const int after_blocks = stage_.last ? unit_final_ : -1;
   if (stage_.first) {
     be_.upload_i32(s.tokens, tokens, N);
-    embed_.forward(s.input, s.tokens, p("wte"), p("wpe"), B_, T);
+    weights(unit_embed_, L > 0 ? unit_of_block_[0] : after_blocks);
+    embed_.forward(s.input, s.tokens, p(unit_embed_, "wte"), p(unit_embed_, "wpe"), B_, T);
+    release(unit_embed_);
   }
   ConstTypedPtr x = s.input;  // the residual stream entering each block
-  for (int i = 0; i < stage_.n_layers; ++i) {
-    const int l = stage_.first_layer + i;
-    call(hooks_.before_forward, l);
-    block_.forward(BlockWeights::at(table_, wparams_, l), x, acts(s, i), proj_scratch_);
+  for (int i = 0; i < L; ++i) {
+    const int u = unit_of_block_[size_t(i)];
+    const TypedPtr w = weights(u, i + 1 < L ? unit_of_block_[size_t(i) + 1] : after_blocks);
+    block_.forward(BlockWeights::at(table_, w, stage_.first_layer + i, units_[size_t(u)].begin), x, acts(s, i),
+                   proj_scratch_);
+    release(u);
     x = s.layers[size_t(i)].res3;
   }
   if (!stage_.last) return 0.0;
   be_.upload_i32(s.targets, targets, N);
-  be_.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, p("ln_f.weight"), p("ln_f.bias"), N, C);
-  head_.forward(s.logits, s.lnf, p("wte"), ConstTypedPtr(), N);  // tied: logits = lnf @ wte_slice^T
+  weights(unit_final_, unit_embed_);
+  weights(unit_embed_, -1);
+  be_.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, p(unit_final_, "ln_f.weight"), p(unit_final_, "ln_f.bias"),
+                        N, C);
+  // Tied: logits = lnf @ wte_slice^T.
+  head_.forward(s.logits, s.lnf, p(unit_embed_, "wte"), ConstTypedPtr(), N);
   s.grad_logits = dloss != 0.0f;
   loss_.forward(losses_, s.logits, s.targets, N, dloss, s.grad_logits, ce_max_, ce_partials_);
+  if (!s.grad_logits) {
+    release(unit_embed_);
+    release(unit_final_);
+  }
   return be_.sum(losses_, N) / N;
 }
 
 void Gpt::backward(int slot) {
   Slot& s = slots_.at(size_t(slot));
-  const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T;
+  const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T, L = stage_.n_layers;
   if (stage_.last && !s.grad_logits)
     throw std::logic_error("Gpt::backward needs a preceding forward with dloss != 0");
   be_.zero(dresidual_, size_t(N) * C);
   if (stage_.last) {
     // Head (column-parallel over the vocabulary, tied to wte): dlnf (N,C) = all-reduce of
-    // dlogits @ wte_slice; dwte_slice += dlogits^T @ lnf.
+    // dlogits @ wte_slice; dwte_slice += dlogits^T @ lnf. Its weights are still held from the
+    // forward (weights() returns them).
+    weights(unit_final_, unit_embed_);
+    weights(unit_embed_, L > 0 ? unit_of_block_[size_t(L) - 1] : -1);
     const TypedPtr dlnf = dblock_.dln;
-    head_.backward(dlnf, g("wte"), nullptr, s.logits, s.lnf, p("wte"), N);
-    const ConstTypedPtr x_last = stage_.n_layers > 0 ? s.layers.back().res3 : s.input;
-    be_.layernorm_backward(dresidual_, g("ln_f.weight"), g("ln_f.bias"), dlnf, x_last, p("ln_f.weight"), s.lnf_mean,
-                           s.lnf_rstd, N, C);
+    grads_of(unit_embed_);
+    grads_of(unit_final_);
+    head_.backward(dlnf, g(unit_embed_, "wte"), nullptr, s.logits, s.lnf, p(unit_embed_, "wte"), N);
+    const ConstTypedPtr x_last = L > 0 ? s.layers.back().res3 : s.input;
+    be_.layernorm_backward(dresidual_, g(unit_final_, "ln_f.weight"), g(unit_final_, "ln_f.bias"), dlnf, x_last,
+                           p(unit_final_, "ln_f.weight"), s.lnf_mean, s.lnf_rstd, N, C);
     s.grad_logits = false;
-    // wte (offset 0) also gets the embedding's gradient at the very end (or, in a pipeline, the
-    // embedding group's sum), so the head finishes only ln_f.
-    call(hooks_.grads_ready_from, table_.find("ln_f.weight").offset);
+    release(unit_embed_);
+    release(unit_final_);
+    // wte (in the embedding unit) also gets the embedding's gradient at the very end (or, in a
+    // pipeline, the embedding group's sum), so the head finishes only ln_f.
+    grads_done(unit_final_);
   } else {
     // d(output) arrived from the next stage into dout_: it starts the residual-stream gradient.
     be_.residual_forward(dresidual_, dresidual_, dout_, size_t(N) * C);
   }
   // dresidual_ holds dL/d(residual stream) at the output of the current block (the same on every
   // tp rank).
-  for (int i = stage_.n_layers - 1; i >= 0; --i) {
-    const int l = stage_.first_layer + i;
-    const BlockWeights w = BlockWeights::at(table_, wparams_, l);
-    const BlockGrads dw = BlockGrads::at(table_, grads_, l);
+  for (int i = L - 1; i >= 0; --i) {
+    const int l = stage_.first_layer + i, u = unit_of_block_[size_t(i)];
+    const size_t base = units_[size_t(u)].begin;
+    const BlockWeights w = BlockWeights::at(table_, weights(u, i > 0 ? unit_of_block_[size_t(i) - 1] : -1), l, base);
+    const BlockGrads dw = BlockGrads::at(table_, grads_of(u), l, base);
     const ConstTypedPtr x = i == 0 ? s.input : s.layers[size_t(i) - 1].res3;
     const BlockActs a = acts(s, i);
     if (recompute_ == Recompute::Full) {
       // Re-run the block (deterministic: the same values as the forward pass) into the shared
       // buffers; res3 is rewritten with the same bits.
-      call(hooks_.before_forward, l);
       block_.forward(w, x, a, proj_scratch_);
     }
-    call(hooks_.before_backward, l);
     if (recompute_ == Recompute::Selective) block_.recompute_attention(a, proj_scratch_);
     block_.backward(dresidual_, w, dw, x, a, dblock_);
-    call(hooks_.grads_ready_from, table_.layer_range(l).first);
+    release(u);
+    grads_done(u);
   }
-  if (stage_.first) embed_.backward(g("wte"), g("wpe"), dresidual_, s.tokens, B_, T);
-  // Offset 0 is final now on the first stage; on a last stage it holds the tied wte.
-  call(hooks_.grads_ready_from, size_t(0));
+  if (stage_.first) {
+    grads_of(unit_embed_);
+    embed_.backward(g(unit_embed_, "wte"), g(unit_embed_, "wpe"), dresidual_, s.tokens, B_, T);
+  }
+  // The embedding unit is final now on the first stage; on a last stage it holds the tied wte.
+  // (Flat gradients: offset 0, whatever unit starts there.)
+  if (unit_embed_ >= 0) {
+    grads_done(unit_embed_);
+  } else if (!storage_ || holds_ == ModelHolds::All) {
+    if (hooks_.grads_ready_from) hooks_.grads_ready_from(0);
+  }
 }
 
 std::vector<size_t> Gpt::grad_ready_points() const {

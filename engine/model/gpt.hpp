@@ -29,30 +29,34 @@
 #include "engine/model/gpt_shape.hpp"
 #include "engine/model/param_table.hpp"
 #include "engine/model/tp_layers.hpp"
+#include "engine/model/unit_storage.hpp"
 #include "kernels/backend.hpp"
 #include "parallel/communicator.hpp"
 
 namespace loom {
 
-// Where code outside the model attaches to its passes, per block (layer = global block index,
-// as in ParamInfo::layer and ParamTable::layer_range). Any member may be empty.
+// Where code outside the model attaches to its passes. Any member may be empty.
 struct ModelHooks {
-  // Before block `layer`'s forward, and before its re-run in backward under Recompute::Full:
-  // where ZeRO-3 will all-gather the block's parameters.
-  std::function<void(int layer)> before_forward;
-  // Before block `layer`'s backward (after its Recompute::Full re-run, before its Selective
-  // attention recompute and its gradients).
-  std::function<void(int layer)> before_backward;
   // Every gradient at or after this flat offset is final (bucketed data-parallel reduction can
   // launch it): called after the head (ln_f's offset), after each block (its first offset) and
-  // with 0 at the end, in the order of grad_ready_points().
+  // with 0 at the end, in the order of grad_ready_points(). Only while the model holds its
+  // gradients (no UnitStorage for them: ZeRO 0 and 1).
   std::function<void(size_t offset)> grads_ready_from;
+};
+
+// What the model allocates of its parameters and gradients; the rest is a UnitStorage's
+// (unit_storage.hpp), attached with set_storage() before the first pass.
+enum class ModelHolds {
+  All,          // flat fp32 master, its compute copy and flat fp32 gradients (ZeRO 0, 1)
+  Weights,      // the weights only; gradients unit by unit from the storage (ZeRO-2)
+  Nothing,      // neither: weights gathered and gradients reduced unit by unit (ZeRO-3)
 };
 
 class Gpt {
  public:
   Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp = {}, StageSpec stage = {},
-      int slots = 1, Recompute recompute = Recompute::None, DType compute = DType::f32);
+      int slots = 1, Recompute recompute = Recompute::None, DType compute = DType::f32,
+      ModelHolds holds = ModelHolds::All);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -64,20 +68,29 @@ class Gpt {
   int micro_batch() const { return B_; }
   size_t num_params() const { return table_.total(); }
   DType compute_dtype() const { return compute_; }
-  float* params() { return params_; }  // flat fp32 master, backend memory
-  float* grads() { return grads_; }    // flat fp32, same offsets as params
+  ModelHolds holds() const { return holds_; }
+  // The units weights are gathered and gradients reduced by (param_units(table())).
+  const std::vector<ParamUnit>& units() const { return units_; }
+  float* params() { return params_; }  // flat fp32 master, backend memory (null: ModelHolds::Nothing)
+  float* grads() { return grads_; }    // flat fp32, same offsets as params (null unless ModelHolds::All)
   // The weights the ops read: a compute-dtype copy of params() (params() itself in fp32).
   TypedPtr compute_params() { return wparams_; }
   // Refreshes the compute copy from the master (after the optimizer's update); no-op in fp32.
   void sync_compute_weights();
+  // Attaches the storage of what the model does not hold (required unless ModelHolds::All). The
+  // storage must outlive the model's passes.
+  void set_storage(UnitStorage* storage);
 
   // Sets the parameters from a host buffer of num_params() floats (and their compute copy).
   void set_params(const float* host);
-  // Sets elements [offset, offset + n) of the flat parameters (a checkpoint loads tensor by tensor).
+  // Sets elements [offset, offset + n) of the flat parameters (a checkpoint loads tensor by
+  // tensor). ModelHolds::Nothing: the storage keeps what this rank owns of them.
   void set_params(size_t offset, size_t n, const float* host);
+  // The whole flat parameter buffer into host memory. ModelHolds::Nothing: gathered by the
+  // storage, collective over its data-parallel group.
   void get_params(float* host) const;
-  void get_grads(float* host) const;
-  void zero_grads();
+  void get_grads(float* host) const;  // ModelHolds::All only
+  void zero_grads();                  // no-op unless ModelHolds::All
 
   // Forward pass of micro-batch slot `slot` on host tokens/targets (B,T) (tokens are read by the
   // first stage, targets by the last; other stages read input(slot)). Returns the mean loss over
@@ -109,8 +122,14 @@ class Gpt {
   size_t activation_bytes() const { return act_bytes_; }
 
  private:
-  TypedPtr p(const std::string& name) { return wparams_ + table_.find(name).offset; }
-  float* g(const std::string& name) { return grads_ + table_.find(name).offset; }
+  // Tensor `name` of unit u, whose weights / gradients were acquired (weights(), grads_of()).
+  TypedPtr p(int u, const std::string& name) { return wbase_[size_t(u)] + (table_.find(name).offset - units_[size_t(u)].begin); }
+  float* g(int u, const std::string& name) { return gbase_[size_t(u)] + (table_.find(name).offset - units_[size_t(u)].begin); }
+  // Unit u's weights for the pass about to use them (`next`: the unit used after it), and back.
+  TypedPtr weights(int u, int next);
+  void release(int u);
+  float* grads_of(int u);
+  void grads_done(int u);
 
   Backend& be_;
   GptShape shape_;
@@ -124,9 +143,16 @@ class Gpt {
   ColumnParallelLinear head_;       // lnf (N,C) -> logits (N,Vp/tp), weight = wte's slice: last stage
   VocabParallelCrossEntropy loss_;  // last stage
   DType compute_;
+  ModelHolds holds_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
   TypedPtr wparams_;  // compute copy (== params_ in fp32)
+  UnitStorage* storage_ = nullptr;
+  std::vector<ParamUnit> units_;
+  int unit_embed_ = -1, unit_final_ = -1;  // -1: this stage has none
+  std::vector<int> unit_of_block_;         // per block of this stage
+  std::vector<TypedPtr> wbase_;            // per unit: its weights (flat: into wparams_)
+  std::vector<float*> gbase_;              // per unit: its gradients (flat: into grads_)
 
   // Activations saved for backward, per slot: per block, BlockActs (gpt_block.hpp).
   struct Slot {

@@ -5,9 +5,9 @@
 namespace loom {
 
 template <typename P>
-BlockTensors<P> BlockTensors<P>::at(const ParamTable& table, P base, int layer) {
+BlockTensors<P> BlockTensors<P>::at(const ParamTable& table, P base, int layer, size_t base_offset) {
   const std::string h = "h." + std::to_string(layer) + ".";
-  auto at = [&](const char* n) { return base + table.find(h + n).offset; };
+  auto at = [&](const char* n) { return base + (table.find(h + n).offset - base_offset); };
   return {at("ln1.weight"),    at("ln1.bias"),      at("attn.qkv.weight"), at("attn.qkv.bias"),
           at("attn.proj.weight"), at("attn.proj.bias"), at("ln2.weight"),   at("ln2.bias"),
           at("mlp.fc.weight"), at("mlp.fc.bias"),   at("mlp.proj.weight"), at("mlp.proj.bias")};

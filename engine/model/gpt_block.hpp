@@ -28,7 +28,8 @@ struct BlockTensors {
   P ln2_w, ln2_b;              // (C), (C)
   P fc_w, fc_b;                // (4C/tp, C), (4C/tp)
   P mlp_proj_w, mlp_proj_b;    // (C, 4C/tp), (C)
-  static BlockTensors at(const ParamTable& table, P base, int layer);
+  // `base` addresses flat element `base_offset` (a unit's buffer: its first offset; 0: the whole buffer).
+  static BlockTensors at(const ParamTable& table, P base, int layer, size_t base_offset = 0);
 };
 using BlockWeights = BlockTensors<TypedPtr>;
 using BlockGrads = BlockTensors<float*>;

@@ -48,6 +48,25 @@ std::pair<size_t, size_t> ParamTable::layer_range(int layer) const {
   return {begin, end};
 }
 
+std::vector<ParamUnit> param_units(const ParamTable& table) {
+  std::vector<ParamUnit> units;
+  for (const ParamInfo& p : table.params()) {
+    // Outside the blocks: the final LayerNorm (ln_f.*) or the embedding (wte, wpe).
+    const ParamUnit::Kind kind = p.layer >= 0                     ? ParamUnit::Block
+                                 : p.name.rfind("ln_f.", 0) == 0 ? ParamUnit::Final
+                                                                  : ParamUnit::Embedding;
+    if (units.empty() || units.back().layer != p.layer || units.back().kind != kind) {
+      ParamUnit u;
+      u.layer = p.layer;
+      u.kind = kind;
+      u.begin = u.end = p.offset;
+      units.push_back(u);
+    }
+    units.back().end = p.offset + p.numel;
+  }
+  return units;
+}
+
 ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
   if (stage.n_layers < 0) stage.n_layers = s.n_layer;
   const int64_t C = s.d_model, Vt = s.vocab_pad / tp;

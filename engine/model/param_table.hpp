@@ -70,6 +70,19 @@ class ParamTable {
   size_t total_ = 0;
 };
 
+// A contiguous range of the flat buffer that ZeRO-3 gathers and ZeRO-2/3 reduce as one piece
+// (FSDP's unit): the embedding (wte and wpe on a first stage; a last stage's wte copy), each block,
+// the final LayerNorm. Consecutive tensors with the same ParamInfo::layer form one unit.
+struct ParamUnit {
+  enum Kind { Embedding, Block, Final };
+  Kind kind = Block;
+  int layer = -1;  // Block: the global layer index
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+// The units of `table`, in flat order (they tile [0, table.total())).
+std::vector<ParamUnit> param_units(const ParamTable& table);
+
 // GPT-2 layout, layer-major (wte, wpe, h.0.*, h.1.*, ..., ln_f.*), so that each layer is one
 // contiguous range; for rank `tp_rank` of `tp` (Megatron's column/row-parallel split, and the
 // vocab-parallel embedding). Init follows GPT-2: N(0, 0.02), residual projections

@@ -31,6 +31,14 @@ void AdamW::step(float* params, const float* packed_grads, double lr, int64_t t)
   });
 }
 
+void AdamW::step_packed(float* packed_params, const float* packed_grads, double lr, int64_t t) {
+  for_each_owned_piece(owned_, table_, [&](const ParamInfo& p, size_t lo, size_t hi, size_t k) {
+    const double wd = p.weight_decay ? h_.weight_decay : 0.0;
+    be_.adamw_update(packed_params + k, packed_grads + k, m_ + k, v_ + k, hi - lo, float(lr), float(h_.beta1),
+                     float(h_.beta2), float(h_.eps), float(wd), t);
+  });
+}
+
 void AdamW::export_state(float* full_m, float* full_v) const {
   size_t packed = 0;
   for (const parallel::Range& r : owned_) {

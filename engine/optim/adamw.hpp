@@ -30,6 +30,8 @@ class AdamW {
   // One update of the owned parameters with learning rate `lr`; `packed_grads` holds the
   // gradients of the owned ranges, packed. t counts updates from 1 (bias correction).
   void step(float* params, const float* packed_grads, double lr, int64_t t);
+  // The same with the parameters packed like the gradients (ZeRO-3's master shard).
+  void step_packed(float* packed_params, const float* packed_grads, double lr, int64_t t);
   float* m() { return m_; }
   float* v() { return v_; }
   size_t owned_size() const { return owned_size_; }

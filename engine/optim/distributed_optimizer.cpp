@@ -18,38 +18,61 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
     for (const ParamInfo& p : table.params())
       if (p.tied) tied_end_ = std::max(tied_end_, p.offset + p.numel);
   parallel::Communicator& dp = groups_.device_dp();
-  const std::vector<parallel::Range> buckets =
-      parallel::plan_buckets(table.total(), config.bucket_elems, model_.ready_points);
   auto alloc = [this](DType t, size_t n) {
     TypedPtr p = be_.alloc(t, n);
     owned_.push_back(p.data);
     return p;
   };
-  parallel::BucketPlan plan = parallel::plan_bucket_shards(table.total(), buckets, zero_ >= 1, dp.size(), dp.rank());
+  if (zero_ >= 2) {
+    // Unit by unit: every unit boundary is a bucket boundary (sharded_state.hpp).
+    std::vector<size_t> starts;
+    for (const ParamUnit& u : model_.units) starts.push_back(u.begin);
+    plan_ = parallel::plan_bucket_shards(
+        table.total(), parallel::plan_buckets(table.total(), config.bucket_elems, starts, true), true, dp.size(),
+        dp.rank());
+    ShardedStateConfig sc;
+    sc.shard_weights = zero_ == 3;
+    sc.compute = model_.compute;
+    sc.reduce = config.reduce_dtype;
+    sc.prefetch = config.prefetch;
+    sharded_ = std::make_unique<ShardedState>(be_, dp, groups_.dp(), groups_.device_embedding(), table, model_.units,
+                                              plan_, sc);
+    adamw_ = std::make_unique<AdamW>(be_, table, config.adamw, plan_.owned);
+    return;
+  }
+  const std::vector<parallel::Range> buckets =
+      parallel::plan_buckets(table.total(), config.bucket_elems, model_.ready_points);
+  plan_ = parallel::plan_bucket_shards(table.total(), buckets, zero_ >= 1, dp.size(), dp.rank());
   if (config.reduce_dtype == DType::f32) {
-    buckets_ = std::make_unique<parallel::GradBuckets>(dp, model_.grads, std::move(plan), alloc);
+    buckets_ = std::make_unique<parallel::GradBuckets>(dp, model_.grads, plan_, alloc);
   } else {
     reduce_buf_ = alloc(config.reduce_dtype, table.total());
     converted_from_ = table.total();
-    buckets_ = std::make_unique<parallel::GradBuckets>(dp, reduce_buf_, std::move(plan), alloc);
-    const size_t owned = buckets_->plan().owned_size;
+    buckets_ = std::make_unique<parallel::GradBuckets>(dp, reduce_buf_, plan_, alloc);
+    const size_t owned = plan_.owned_size;
     reduce_bytes_ = table.total() * dtype_size(config.reduce_dtype);
-    if (buckets_->plan().sharded) {
+    if (plan_.sharded) {
       owned32_ = alloc(DType::f32, std::max<size_t>(owned, 1)).as<float>();  // a rank may own nothing
       reduce_bytes_ += owned * (dtype_size(config.reduce_dtype) + sizeof(float));
     }
   }
-  adamw_ = std::make_unique<AdamW>(be_, table, config.adamw, buckets_->plan().owned);
+  adamw_ = std::make_unique<AdamW>(be_, table, config.adamw, plan_.owned);
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
   buckets_.reset();  // waits for reductions in flight before their buffers go
+  sharded_.reset();
   for (void* p : owned_) be_.release(p);
 }
 
 float* DistributedOptimizer::owned_grads() {
+  if (sharded_) return sharded_->grad_shard();
   if (!reduce_buf_) return buckets_->owned_grads();
-  return buckets_->plan().sharded ? owned32_ : model_.grads;
+  return plan_.sharded ? owned32_ : model_.grads;
+}
+
+void DistributedOptimizer::begin_step() {
+  if (sharded_) sharded_->begin_step();
 }
 
 // bf16 reduction: rounds the gradients [from, converted_from_) that just became final into the
@@ -61,12 +84,14 @@ void DistributedOptimizer::convert_ready(size_t from) {
 }
 
 void DistributedOptimizer::grads_ready_from(size_t offset) {
+  if (!buckets_) return;  // ZeRO-2/3 reduce unit by unit (ShardedState)
   const size_t from = std::max(offset, tied_end_);
   convert_ready(from);
   buckets_->grads_ready_from(from);
 }
 
 double DistributedOptimizer::reduce_grads() {
+  if (sharded_) return sharded_->finish_reductions();  // the tied sum included
   if (parallel::Communicator* emb = groups_.device_embedding()) {
     // Tied embedding: the first stage's (lookup) and the last stage's (head) gradients summed, so
     // both copies take the same update and stay identical.
@@ -77,7 +102,7 @@ double DistributedOptimizer::reduce_grads() {
   const double waited = buckets_->finish();
   if (reduce_buf_) {  // the bf16 sums back into fp32, where the norm and the update read them
     const TypedPtr reduced = buckets_->owned_grads_typed();
-    be_.convert(owned_grads(), ConstTypedPtr(reduced), buckets_->plan().owned_size);
+    be_.convert(owned_grads(), ConstTypedPtr(reduced), plan_.owned_size);
     converted_from_ = model_.table->total();
   }
   return waited;
@@ -91,7 +116,7 @@ double DistributedOptimizer::grad_norm() {
   const bool tp_lead = groups_.coord().tp == 0;
   const float* packed = owned_grads();
   double local = 0;
-  for_each_owned_piece(buckets_->plan().owned, *model_.table, [&](const ParamInfo& p, size_t lo, size_t hi, size_t k) {
+  for_each_owned_piece(plan_.owned, *model_.table, [&](const ParamInfo& p, size_t lo, size_t hi, size_t k) {
     if (!p.tied_copy && (tp_lead || p.split != TpSplit::Replicated)) local += be_.sum_squares(packed + k, hi - lo);
   });
   if (zero_ >= 1) local = groups_.dp().sum_ordered(local);
@@ -104,16 +129,22 @@ void DistributedOptimizer::update(double grad_norm, double lr, int64_t t, double
   // One pass: unscale (fp16's loss scale) and clip (the true norm is grad_norm).
   double factor = 1.0 / grad_scale;
   if (clip_ > 0 && grad_norm > clip_) factor *= clip_ / (grad_norm + 1e-6);
-  if (factor != 1.0) be_.scale(grads, buckets_->plan().owned_size, float(factor));
+  if (factor != 1.0) be_.scale(grads, plan_.owned_size, float(factor));
+  if (zero_ == 3) {
+    // The master shard is all there is; the next forward gathers from it.
+    adamw_->step_packed(sharded_->master_shard(), grads, lr, t);
+    sharded_->master_updated();
+    return;
+  }
   adamw_->step(model_.params, grads, lr, t);
-  buckets_->all_gather_parts(model_.params);
+  parallel::all_gather_parts(groups_.device_dp(), plan_, TypedPtr(model_.params));
 }
 
 void DistributedOptimizer::export_moments(float* full_m, float* full_v) {
   adamw_->export_state(full_m, full_v);
   // Host arrays: gathered over the host (MPI) dp group, whatever the backend.
-  parallel::all_gather_parts(groups_.dp(), buckets_->plan(), full_m);
-  parallel::all_gather_parts(groups_.dp(), buckets_->plan(), full_v);
+  parallel::all_gather_parts(groups_.dp(), plan_, full_m);
+  parallel::all_gather_parts(groups_.dp(), plan_, full_v);
 }
 
 void DistributedOptimizer::import_moment(int which, size_t begin, size_t n, const float* part) {
@@ -121,7 +152,7 @@ void DistributedOptimizer::import_moment(int which, size_t begin, size_t n, cons
 }
 
 void DistributedOptimizer::poison_grads() {
-  if (buckets_->plan().owned_size == 0) return;
+  if (plan_.owned_size == 0) return;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   be_.upload(owned_grads(), &nan, 1);
 }

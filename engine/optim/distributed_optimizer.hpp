@@ -15,11 +15,9 @@
 // It sees the model only as flat buffers and their ParamTable (weight decay, tp replication,
 // tied copies); it knows no layer.
 //
-// Where ZeRO-2 and ZeRO-3 plug in (docs/parallelism.md): zero 2 keeps the plan and the
-// reduce-scatter, and frees each bucket's full-size gradients as soon as its reduce-scatter is
-// done (grads_ready_from is already per bucket); zero 3 also shards the parameters by the same
-// plan and gathers a block's parameters from the model's before_forward/before_backward hooks
-// (Gpt's ModelHooks), releasing them after use.
+// ZeRO-2 and ZeRO-3 (parallel.zero 2, 3): the gradients (and at 3 the parameters) are this
+// rank's shard only, held by a ShardedState (sharded_state.hpp) that the model reaches unit by
+// unit through its UnitStorage; unit_storage() hands it to Gpt::set_storage.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,6 +25,7 @@
 
 #include "engine/model/param_table.hpp"
 #include "engine/optim/adamw.hpp"
+#include "engine/optim/sharded_state.hpp"
 #include "kernels/backend.hpp"
 #include "parallel/grad_buckets.hpp"
 #include "parallel/process_groups.hpp"
@@ -35,14 +34,17 @@ namespace loom {
 
 // What the optimizer is handed of the model.
 struct ModelBuffers {
-  float* params = nullptr;            // flat, backend memory
-  float* grads = nullptr;             // flat, the same layout
+  float* params = nullptr;            // flat, backend memory (null at ZeRO-3)
+  float* grads = nullptr;             // flat, the same layout (null at ZeRO-2 and 3)
   const ParamTable* table = nullptr;  // names the views into both
   std::vector<size_t> ready_points;   // the offsets backward reports (Gpt::grad_ready_points)
+  std::vector<ParamUnit> units;       // Gpt::units(): what ZeRO-2/3 reduce and gather by
+  DType compute = DType::f32;         // the model's compute dtype (ZeRO-3 gathers in it)
 };
 
 struct DistOptimConfig {
-  int zero = 0;             // parallel.zero: 0 replicated optimizer state, 1 sharded over dp
+  int zero = 0;             // parallel.zero: 0 replicated; 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
+  bool prefetch = true;     // parallel.prefetch (ZeRO-3)
   size_t bucket_elems = 1;  // parallel.bucket_mb, in floats
   AdamWHyper adamw;         // optim.beta1/beta2/eps/weight_decay
   double grad_clip = 0;     // optim.grad_clip (0: no clipping)
@@ -57,6 +59,11 @@ class DistributedOptimizer {
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
+  // What the model does not hold (ZeRO-2 and 3; null below): attach with Gpt::set_storage.
+  UnitStorage* unit_storage() { return sharded_.get(); }
+  const ShardedState* sharded() const { return sharded_.get(); }
+  // Before each step's first forward.
+  void begin_step();
   // Backward's progress (the model's grads_ready_from hook, last micro-batch only): launches the
   // reduction of every bucket this completes. Tied gradients wait for reduce_grads().
   void grads_ready_from(size_t offset);
@@ -83,7 +90,7 @@ class DistributedOptimizer {
   void import_moment(int which, size_t begin, size_t n, const float* part);
 
   int zero_stage() const { return zero_; }
-  size_t bucket_count() const { return buckets_->plan().buckets.size(); }
+  size_t bucket_count() const { return plan_.buckets.size(); }
   size_t state_bytes() const { return adamw_->state_bytes(); }
   // Bytes of the bf16 reduction copy and its fp32 unpacked shard (0 with fp32 reduction).
   size_t reduce_buffer_bytes() const { return reduce_bytes_; }
@@ -97,7 +104,9 @@ class DistributedOptimizer {
   int zero_;
   double clip_;
   size_t tied_end_ = 0;  // gradients below this offset wait for the embedding group's sum
-  std::unique_ptr<parallel::GradBuckets> buckets_;
+  parallel::BucketPlan plan_;
+  std::unique_ptr<parallel::GradBuckets> buckets_;  // ZeRO 0 and 1
+  std::unique_ptr<ShardedState> sharded_;           // ZeRO 2 and 3
   std::unique_ptr<AdamW> adamw_;
   // bf16 reduction: the fp32 gradients are rounded into reduce_buf_ (the buckets' buffer) as
   // backward finishes them, [converted_from_, total) so far; the reduced values come back into

@@ -22,6 +22,7 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   const int slots = parallel::pipeline_in_flight(stage, stages, accum);
   Gpt& model = model_;
   model.zero_grads();
+  optim_.begin_step();
   double loss = 0;
   // Gradient accumulation communicates nothing until the last micro-batch, whose backward hands
   // the optimizer each point from which the gradients are final: it launches those buckets' reduction.

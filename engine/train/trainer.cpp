@@ -120,12 +120,14 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
   try {
     if (backend_->name() == "cpu")
       check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])));
+    // ZeRO-2 and 3: the optimizer's ShardedState holds the gradients (and at 3 the parameters).
+    const int zero = r_.parallel.zero;
+    const ModelHolds holds = zero >= 3 ? ModelHolds::Nothing : zero == 2 ? ModelHolds::Weights : ModelHolds::All;
     model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
                                    TensorParallel{groups_.coord().tp, tp, &groups_.device_tp()}, spec, slots,
-                                   recompute_from_name(r_.train.recompute), compute_);
+                                   recompute_from_name(r_.train.recompute), compute_, holds);
     init.resize(model_->num_params());
     init_params(model_->table(), shape, r_.train.seed, init.data());
-    model_->set_params(init.data());
     allocating = "the optimizer (gradient reduction buffers and state)";
     const auto& o = r_.optim;
     DistOptimConfig cfg;
@@ -134,9 +136,14 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
     cfg.adamw = AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay};
     cfg.grad_clip = o.grad_clip;
     cfg.reduce_dtype = r_.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
+    cfg.prefetch = r_.parallel.prefetch;
     optim_ = std::make_unique<DistributedOptimizer>(
-        *backend_, ModelBuffers{model_->params(), model_->grads(), &model_->table(), model_->grad_ready_points()},
+        *backend_,
+        ModelBuffers{model_->params(), model_->grads(), &model_->table(), model_->grad_ready_points(),
+                     model_->units(), compute_},
         groups_, cfg);
+    model_->set_storage(optim_->unit_storage());
+    model_->set_params(init.data());
   } catch (const std::bad_alloc&) {
     error = allocation_failure_message(r_, allocating, rank_);
   } catch (const std::exception& e) {
