@@ -9,7 +9,10 @@
 // queries, which each backend implements in its own way.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "kernels/dtype.hpp"
@@ -42,6 +45,34 @@ class Backend {
     copy_from_host(dst, host_src, n * sizeof(int32_t));
   }
   void download(float* host_dst, const float* src, size_t n) { copy_to_host(host_dst, src, n * sizeof(float)); }
+
+  // ---- host staging for optimizer offload (optim.offload: cpu) ----
+  // Host memory the device copies to and from without a bounce buffer: page-locked
+  // (cudaMallocHost) on CUDA, ordinary host memory on the CPU; zero-filled, 64-byte aligned at
+  // least. Host memory on every backend: the CPU reads and writes it, ops never take it. Released
+  // by release_host_pinned (null is ignored), which first waits for this backend's async copies.
+  virtual void* alloc_host_pinned(size_t bytes) { return alloc_host_default(bytes); }
+  virtual void release_host_pinned(void* p) { std::free(p); }
+  // Asynchronous copies between device memory and host memory (pinned, for the copy to overlap
+  // compute; pageable memory works but the copy may then block). Both are ordered after all work
+  // queued on the backend's stream before the call, and run on a separate copy stream, so ops
+  // queued after the call overlap them. Copies issued by these two run in the order issued.
+  //   copy_to_host_async: host_dst holds the data once wait_host_copies() has returned. Ops
+  //     queued after the call must not write `src` before then (nothing orders them after it).
+  //   copy_from_host_async: ops queued on the backend's stream after the call see the copied
+  //     data (the stream waits for the copy). host_src must stay unchanged until
+  //     wait_host_copies() returns.
+  // The defaults (a backend with no copy stream) copy synchronously, finished on return; the CPU
+  // backend copies with memcpy at once.
+  virtual void copy_to_host_async(void* host_dst, const void* src, size_t bytes) { copy_to_host(host_dst, src, bytes); }
+  virtual void copy_from_host_async(void* dst, const void* host_src, size_t bytes) {
+    copy_from_host(dst, host_src, bytes);
+  }
+  // Returns when every copy issued by copy_to_host_async/copy_from_host_async so far has
+  // completed (CUDA: the copy stream synchronised). Does not wait for the ops.
+  virtual void wait_host_copies() {}
+
+  // Returns when every op queued so far has completed (not the async copies to the host).
   virtual void synchronize() {}
   // The stream the ops run on (a cudaStream_t on CUDA; null on the CPU): device-buffer
   // communicators order their work after it.
@@ -58,6 +89,17 @@ class Backend {
 #define LOOM_OP(RET, NAME, PARAMS, ARGS) virtual RET NAME PARAMS = 0;
 #include "kernels/backend_op_types.inc"
 #include "kernels/backend_ops.def"
+
+ protected:
+  // alloc_host_pinned's default: zero-filled host memory, 64-byte aligned, freed by std::free.
+  static void* alloc_host_default(size_t bytes) {
+    constexpr size_t kAlign = 64;
+    bytes = bytes == 0 ? kAlign : (bytes + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, bytes);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    return p;
+  }
 };
 
 // The CPU reference backend (Eigen + OpenBLAS + OpenMP). Always available.

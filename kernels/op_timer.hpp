@@ -26,6 +26,11 @@ class OpTimer final : public Backend {
   void release(void* p) override { in_->release(p); }
   void copy_from_host(void* d, const void* s, size_t bytes) override { in_->copy_from_host(d, s, bytes); }
   void copy_to_host(void* d, const void* s, size_t bytes) override { in_->copy_to_host(d, s, bytes); }
+  void* alloc_host_pinned(size_t bytes) override { return in_->alloc_host_pinned(bytes); }
+  void release_host_pinned(void* p) override { in_->release_host_pinned(p); }
+  void copy_to_host_async(void* d, const void* s, size_t bytes) override { in_->copy_to_host_async(d, s, bytes); }
+  void copy_from_host_async(void* d, const void* s, size_t bytes) override { in_->copy_from_host_async(d, s, bytes); }
+  void wait_host_copies() override { in_->wait_host_copies(); }
   void synchronize() override { in_->synchronize(); }
   void* stream() override { return in_->stream(); }
   std::string device_pci_bus_id() const override { return in_->device_pci_bus_id(); }

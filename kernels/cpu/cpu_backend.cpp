@@ -67,6 +67,13 @@ class CpuBackend final : public Backend {
   void release(void* p) override { std::free(p); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  // Offload staging: device buffers are host memory, so "pinned" memory is ordinary memory and
+  // the async copies are done at once (wait_host_copies has nothing to wait for).
+  void* alloc_host_pinned(size_t bytes) override { return aligned_zeroed(bytes); }
+  void release_host_pinned(void* p) override { std::free(p); }
+  void copy_to_host_async(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_from_host_async(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void wait_host_copies() override {}
   size_t attention_saved_bytes(int B, int T, int NH, DType dtype) const override {
     return static_cast<size_t>(B) * NH * T * T * dtype_size(dtype);  // the softmax probabilities
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -59,6 +60,9 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device) : device_(device) {
     LOOM_CUDA_CHECK(cudaSetDevice(device));
     LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+    LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+    LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&copy_mark_, cudaEventDisableTiming));
     LOOM_CUDA_CHECK(cublasLtCreate(&ctx_.lt));
     cudaDeviceProp prop{};
     LOOM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -74,9 +78,13 @@ class CudaBackend final : public Backend {
     ctx_.workspace(size_t(32) << 20);
   }
   ~CudaBackend() override {
+    cudaStreamSynchronize(copy_stream_);
     cudaStreamSynchronize(ctx_.stream);
     ctx_.free_scratch();
     cublasLtDestroy(ctx_.lt);
+    cudaEventDestroy(copy_mark_);
+    cudaEventDestroy(compute_mark_);
+    cudaStreamDestroy(copy_stream_);
     cudaStreamDestroy(ctx_.stream);
   }
 
@@ -126,6 +134,34 @@ class CudaBackend final : public Backend {
     copy(dst, src, bytes, cudaMemcpyHostToDevice);
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyDeviceToHost); }
+
+  // Offload staging: page-locked host memory, and copies on copy_stream_ that start once the
+  // compute stream has reached the point of the call (compute_mark_) and let later ops run
+  // meanwhile. Both events are re-recorded by every call: a stream wait takes the record current
+  // when it is queued.
+  void* alloc_host_pinned(size_t bytes) override {
+    bytes = std::max<size_t>(bytes, 4);
+    void* p = nullptr;
+    LOOM_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void release_host_pinned(void* p) override {
+    if (!p) return;
+    cudaStreamSynchronize(copy_stream_);  // no copy still reads or writes it
+    cudaFreeHost(p);
+  }
+  void copy_to_host_async(void* dst, const void* src, size_t bytes) override {
+    copy_after_compute(dst, src, bytes, cudaMemcpyDeviceToHost);
+  }
+  void copy_from_host_async(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    copy_after_compute(dst, src, bytes, cudaMemcpyHostToDevice);
+    // Ops queued on the compute stream from now on start after the copy has landed.
+    LOOM_CUDA_CHECK(cudaEventRecord(copy_mark_, copy_stream_));
+    LOOM_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, copy_mark_, 0));
+  }
+  void wait_host_copies() override { LOOM_CUDA_CHECK(cudaStreamSynchronize(copy_stream_)); }
   void synchronize() override { LOOM_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
   void* stream() override { return ctx_.stream; }
   size_t attention_saved_bytes(int B, int T, int NH, DType) const override {
@@ -145,9 +181,20 @@ class CudaBackend final : public Backend {
     LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, ctx_.stream));
     LOOM_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // host buffers may be reused on return
   }
+  // On copy_stream_, after everything queued on the compute stream so far; returns at once.
+  void copy_after_compute(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (!bytes) return;
+    LOOM_CUDA_CHECK(cudaEventRecord(compute_mark_, ctx_.stream));
+    LOOM_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream_));
+  }
 
   int device_ = 0, sms_ = 0, fp32_lanes_ = 128, major_ = 0, minor_ = 0, tensor_flop_per_clock_ = 0;
   cuda::Context ctx_;  // the stream, the cuBLASLt handle and the scratch the ops borrow
+  // The offload copies' stream; compute_mark_ orders a copy after the compute stream's queued
+  // work, copy_mark_ the compute stream's later work after a copy to the device.
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr, copy_mark_ = nullptr;
 };
 
 }  // namespace

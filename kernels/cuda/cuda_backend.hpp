@@ -2,7 +2,9 @@
 // The CUDA backend: the Backend interface (kernels/backend.hpp) on one GPU, compute dtype fp32,
 // bf16 or fp16 with fp32 accumulation (matmuls through cuBLASLt with fp32 compute; which tensor
 // has which dtype: kernels/cuda/ops.cuh), kernels in kernels/cuda/*.cu. All ops run in order on
-// one stream; reductions are deterministic. Builds with only the CUDA toolkit.
+// one stream; reductions are deterministic. The offload staging copies (copy_to_host_async,
+// copy_from_host_async) run on a second stream, ordered against the first by events. Builds
+// with only the CUDA toolkit.
 #include <memory>
 
 #include "kernels/backend.hpp"

@@ -290,6 +290,56 @@ TEST_CASE("CUDA reductions are deterministic and match the CPU") {
   }
 }
 
+TEST_CASE("CUDA offload staging: pinned memory, async copies ordered against the compute stream") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (size_t n : {size_t(1), size_t(17), size_t(1000003)}) {
+    INFO("n " << n);
+    const size_t bytes = n * sizeof(float);
+    const std::vector<float> x = randn(n, 70);
+    float* in = static_cast<float*>(gpu.alloc_host_pinned(bytes));
+    float* out = static_cast<float*>(gpu.alloc_host_pinned(bytes));
+    REQUIRE(in != nullptr);
+    REQUIRE(out != nullptr);
+    CHECK(std::count(out, out + n, 0.0f) == long(n));  // zero-filled
+    std::copy(x.begin(), x.end(), in);
+    // The device buffer starts random, between guards: a copy that did not land, or landed late,
+    // or wrote outside it, shows. Host -> device; ops that must see the copied data (the compute
+    // stream waits for the copy); device -> host after them; then 2^10 * x exactly.
+    Pair d(cpu, gpu, randn(n, 71));
+    gpu.copy_from_host_async(d.g, in, bytes);
+    for (int k = 0; k < 10; ++k) gpu.scale(d.g, n, 2.0f);
+    gpu.copy_to_host_async(out, d.g, bytes);
+    // Work queued after the copy to the host, on a buffer the copy does not read: it may overlap
+    // the copy, which does not wait for it.
+    Pair other(cpu, gpu, randn(n, 72));
+    gpu.scale(other.g, n, 3.0f);
+    gpu.wait_host_copies();
+    cpu.scale(other.c, n, 3.0f);
+    other.check("scale queued behind an async copy");
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += out[i] != 1024.0f * x[i];  // exact: powers of two
+    CHECK(bad == 0);
+    cpu.upload(d.c, x.data(), n);
+    for (int k = 0; k < 10; ++k) cpu.scale(d.c, n, 2.0f);
+    d.check("round trip through pinned memory");  // and the guards
+    // Several copies in flight at once, in pieces, then one wait.
+    std::fill(out, out + n, 0.0f);
+    const size_t piece = (n + 2) / 3;
+    for (size_t lo = 0; lo < n; lo += piece)
+      gpu.copy_to_host_async(out + lo, d.g + lo, std::min(piece, n - lo) * sizeof(float));
+    gpu.wait_host_copies();
+    bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += out[i] != 1024.0f * x[i];
+    CHECK(bad == 0);
+    gpu.release_host_pinned(in);
+    gpu.release_host_pinned(out);
+  }
+  void* empty = gpu.alloc_host_pinned(0);
+  CHECK(empty != nullptr);
+  gpu.release_host_pinned(empty);
+  gpu.release_host_pinned(nullptr);
+}
+
 // ---- 16-bit compute (bf16, fp16) against the fp32 CPU reference ----
 // The CPU runs its fp32 op on the 16-bit-rounded inputs (as floats); the device runs the op in
 // the 16-bit dtype on the same bits. Both compute in fp32, so the device's Act outputs differ
