@@ -37,7 +37,7 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
     sc.prefetch = config.prefetch;
     sharded_ = std::make_unique<ShardedState>(be_, dp, groups_.dp(), groups_.device_embedding(), table, model_.units,
                                               plan_, sc);
-    adamw_ = std::make_unique<AdamW>(be_, table, config.adamw, plan_.owned);
+    make_adamw(config);
     return;
   }
   const std::vector<parallel::Range> buckets =
@@ -56,7 +56,14 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
       reduce_bytes_ += owned * (dtype_size(config.reduce_dtype) + sizeof(float));
     }
   }
-  adamw_ = std::make_unique<AdamW>(be_, table, config.adamw, plan_.owned);
+  make_adamw(config);
+}
+
+void DistributedOptimizer::make_adamw(const DistOptimConfig& config) {
+  if (config.offload)
+    offload_ = std::make_unique<OffloadAdamW>(be_, *model_.table, config.adamw, plan_.owned);
+  else
+    adamw_ = std::make_unique<AdamW>(be_, *model_.table, config.adamw, plan_.owned);
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -129,6 +136,15 @@ void DistributedOptimizer::update(double grad_norm, double lr, int64_t t, double
   // One pass: unscale (fp16's loss scale) and clip (the true norm is grad_norm).
   double factor = 1.0 / grad_scale;
   if (clip_ > 0 && grad_norm > clip_) factor *= clip_ / (grad_norm + 1e-6);
+  if (offload_) {
+    // The factor is applied on the host, in the update's pass (the same bits as scaling here).
+    offload_->step(zero_ == 3 ? sharded_->master_shard() : model_.params, zero_ == 3, grads, lr, t, float(factor));
+    if (zero_ == 3)
+      sharded_->master_updated();
+    else
+      parallel::all_gather_parts(groups_.device_dp(), plan_, TypedPtr(model_.params));
+    return;
+  }
   if (factor != 1.0) be_.scale(grads, plan_.owned_size, float(factor));
   if (zero_ == 3) {
     // The master shard is all there is; the next forward gathers from it.
@@ -141,14 +157,20 @@ void DistributedOptimizer::update(double grad_norm, double lr, int64_t t, double
 }
 
 void DistributedOptimizer::export_moments(float* full_m, float* full_v) {
-  adamw_->export_state(full_m, full_v);
+  if (offload_)
+    offload_->export_state(full_m, full_v);
+  else
+    adamw_->export_state(full_m, full_v);
   // Host arrays: gathered over the host (MPI) dp group, whatever the backend.
   parallel::all_gather_parts(groups_.dp(), plan_, full_m);
   parallel::all_gather_parts(groups_.dp(), plan_, full_v);
 }
 
 void DistributedOptimizer::import_moment(int which, size_t begin, size_t n, const float* part) {
-  adamw_->import_state(which, begin, n, part);
+  if (offload_)
+    offload_->import_state(which, begin, n, part);
+  else
+    adamw_->import_state(which, begin, n, part);
 }
 
 void DistributedOptimizer::poison_grads() {

@@ -25,6 +25,7 @@
 
 #include "engine/model/param_table.hpp"
 #include "engine/optim/adamw.hpp"
+#include "engine/optim/offload_adamw.hpp"
 #include "engine/optim/sharded_state.hpp"
 #include "kernels/backend.hpp"
 #include "parallel/grad_buckets.hpp"
@@ -45,6 +46,7 @@ struct ModelBuffers {
 struct DistOptimConfig {
   int zero = 0;             // parallel.zero: 0 replicated; 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
   bool prefetch = true;     // parallel.prefetch (ZeRO-3)
+  bool offload = false;     // optim.offload: cpu (offload_adamw.hpp)
   size_t bucket_elems = 1;  // parallel.bucket_mb, in floats
   AdamWHyper adamw;         // optim.beta1/beta2/eps/weight_decay
   double grad_clip = 0;     // optim.grad_clip (0: no clipping)
@@ -91,7 +93,11 @@ class DistributedOptimizer {
 
   int zero_stage() const { return zero_; }
   size_t bucket_count() const { return plan_.buckets.size(); }
-  size_t state_bytes() const { return adamw_->state_bytes(); }
+  // Optimizer state in device memory (0 with offload) and in host memory (offload: master,
+  // moments and gradient staging).
+  size_t state_bytes() const { return adamw_ ? adamw_->state_bytes() : 0; }
+  size_t host_state_bytes() const { return offload_ ? offload_->host_bytes() : 0; }
+  bool offloaded() const { return offload_ != nullptr; }
   // Bytes of the bf16 reduction copy and its fp32 unpacked shard (0 with fp32 reduction).
   size_t reduce_buffer_bytes() const { return reduce_bytes_; }
   // Makes this rank's first owned gradient NaN (LOOM_FAULT=nan@STEP, after reduce_grads()).
@@ -107,7 +113,8 @@ class DistributedOptimizer {
   parallel::BucketPlan plan_;
   std::unique_ptr<parallel::GradBuckets> buckets_;  // ZeRO 0 and 1
   std::unique_ptr<ShardedState> sharded_;           // ZeRO 2 and 3
-  std::unique_ptr<AdamW> adamw_;
+  std::unique_ptr<AdamW> adamw_;          // on the device (backend memory)
+  std::unique_ptr<OffloadAdamW> offload_;  // or on the host (optim.offload: cpu)
   // bf16 reduction: the fp32 gradients are rounded into reduce_buf_ (the buckets' buffer) as
   // backward finishes them, [converted_from_, total) so far; the reduced values come back into
   // fp32: the model's gradients (unsharded) or owned32_ (this rank's packed shard).
@@ -117,6 +124,7 @@ class DistributedOptimizer {
   size_t reduce_bytes_ = 0;
   std::vector<void*> owned_;  // backend memory this object allocated
   void convert_ready(size_t from);
+  void make_adamw(const DistOptimConfig& config);
   // The reduced fp32 gradients of the owned ranges, packed (see GradBuckets::owned_grads).
   float* owned_grads();
 };

@@ -137,6 +137,7 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
     cfg.grad_clip = o.grad_clip;
     cfg.reduce_dtype = r_.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
     cfg.prefetch = r_.parallel.prefetch;
+    cfg.offload = r_.optim.offload == "cpu";
     optim_ = std::make_unique<DistributedOptimizer>(
         *backend_,
         ModelBuffers{model_->params(), model_->grads(), &model_->table(), model_->grad_ready_points(),
