@@ -57,7 +57,8 @@ loom_train() {  # PRECISION ROUND: tokens/s from the final "loom: trained" line,
   run_logged "$log" "$loom" train configs/bench-cpu.yaml --set train.precision="$1" --set log.dir="$out/loom-$1"
   local tps mem
   tps=$(sed -nE 's/^loom: trained .*, ([0-9.]+) tokens\/s,.*/\1/p' "$log")
-  mem=$(sed -nE 's/^loom:   rank 0 .*activations ([0-9.]+) MB.*peak RSS ([0-9.]+) MB.*/act_mb=\1\tpeak_rss_mb=\2/p' "$log")
+  mem=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["sessions"][-1]["memory_end"][0]
+print("act_mb=%s\tpeak_rss_mb=%s" % (r["activations_mb"], r["peak_rss_mb"]))' "$out/loom-$1/run.json" 2>/dev/null || true)
   if [ "$rc" = 0 ] && [ -n "$tps" ]; then
     record "variant=loom-$1" "round=$2" "status=ok" "tokens_per_s=$tps" "$mem"
   else

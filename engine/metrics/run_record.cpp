@@ -68,6 +68,11 @@ void RunRecord::finish(int64_t end_step, int exit_status, const std::string& err
   }
 }
 
+void RunRecord::set(const std::string& key, nlohmann::json value) {
+  doc_["sessions"].back()[key] = std::move(value);
+  save();
+}
+
 void RunRecord::save() const { write_file_atomically(path_, doc_.dump(2) + "\n", "log.dir"); }
 
 }  // namespace loom

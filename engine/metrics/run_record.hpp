@@ -42,6 +42,8 @@ class RunRecord {
   // must not replace (nor, thrown from a failure path, turn into std::terminate), so the write
   // error is printed to stderr instead.
   void finish(int64_t end_step, int exit_status, const std::string& error = "");
+  // Sets `key` of this session's entry (e.g. the memory report) and rewrites run.json.
+  void set(const std::string& key, nlohmann::json value);
   const std::string& path() const { return path_; }
 
  private:

@@ -120,6 +120,13 @@ class Gpt {
 
   // Bytes of activation memory held for all slots.
   size_t activation_bytes() const { return act_bytes_; }
+  // Bytes of the parameters (fp32 master and compute copy) and gradients the model holds itself
+  // (ModelHolds: what a UnitStorage holds is its own to report).
+  size_t param_bytes() const {
+    if (!params_) return 0;
+    return table_.total() * (sizeof(float) + (compute_ != DType::f32 ? dtype_size(compute_) : 0));
+  }
+  size_t grad_bytes() const { return grads_ ? table_.total() * sizeof(float) : 0; }
 
  private:
   // Tensor `name` of unit u, whose weights / gradients were acquired (weights(), grads_of()).

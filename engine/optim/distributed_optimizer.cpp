@@ -173,6 +173,22 @@ void DistributedOptimizer::import_moment(int which, size_t begin, size_t n, cons
     adamw_->import_state(which, begin, n, part);
 }
 
+DistributedOptimizer::Memory DistributedOptimizer::memory() const {
+  Memory m;
+  m.optimizer = state_bytes();
+  m.optimizer_host = host_state_bytes();
+  if (sharded_) {
+    const ShardedMemory s = sharded_->memory();
+    m.params = s.master + s.weights_peak;
+    m.grads = s.grad_shard + s.grads_peak;
+    m.comm_buffers = s.staging_peak;
+  } else {
+    // GradBuckets' shard receive buffer (ZeRO-1, fp32 reduction) or the bf16 copies.
+    m.comm_buffers = reduce_buf_ ? reduce_bytes_ : plan_.sharded ? std::max<size_t>(plan_.owned_size, 1) * sizeof(float) : 0;
+  }
+  return m;
+}
+
 void DistributedOptimizer::poison_grads() {
   if (plan_.owned_size == 0) return;
   const float nan = std::numeric_limits<float>::quiet_NaN();

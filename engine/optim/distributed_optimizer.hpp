@@ -100,6 +100,16 @@ class DistributedOptimizer {
   bool offloaded() const { return offload_ != nullptr; }
   // Bytes of the bf16 reduction copy and its fp32 unpacked shard (0 with fp32 reduction).
   size_t reduce_buffer_bytes() const { return reduce_bytes_; }
+  // What this object holds, by kind, for the memory report (bytes). `peaks`: ZeRO-2/3's per-unit
+  // buffers at the most they held so far (0 before the first step).
+  struct Memory {
+    size_t params = 0;        // ZeRO-3: master shard (+ compute copy) and gathered units
+    size_t grads = 0;         // ZeRO-2/3: gradient shard and per-unit buffers
+    size_t optimizer = 0;     // moments in device memory
+    size_t optimizer_host = 0;  // offload: master, moments, staging in host memory
+    size_t comm_buffers = 0;  // reduction buffers: ZeRO-1's shard, bf16 copies, ZeRO-2/3 staging
+  };
+  Memory memory() const;
   // Makes this rank's first owned gradient NaN (LOOM_FAULT=nan@STEP, after reduce_grads()).
   void poison_grads();
 

@@ -75,25 +75,43 @@ RankHealth RankReports::gather_health(double step_s) {
   return h;
 }
 
-void RankReports::report_memory(const Gpt& model, const DistributedOptimizer& optim, int micro_steps) {
+nlohmann::json RankReports::report_memory(const Gpt& model, const DistributedOptimizer& optim, int micro_steps,
+                                          const std::string& when) {
+  constexpr size_t kF = 10;
   const int n = world_;
   const auto c = groups_.coord();
-  std::vector<float> all(size_t(n) * 5, 0.0f);
-  float* mine = all.data() + size_t(rank_) * 5;
+  const DistributedOptimizer::Memory o = optim.memory();
+  std::vector<float> all(size_t(n) * kF, 0.0f);
+  float* mine = all.data() + size_t(rank_) * kF;
+  const double MB = 1e6;
   mine[0] = float(c.pp);
   mine[1] = float(parallel::pipeline_in_flight(c.pp, groups_.layout().pp, micro_steps));
-  mine[2] = float(model.activation_bytes() / 1e6);
-  mine[3] = float(optim.state_bytes() / 1e6);
-  mine[4] = float(host_memory().peak_mb);
-  groups_.world().all_gather(all.data(), std::vector<size_t>(size_t(n), 5));
-  if (rank_ != 0) return;
-  std::printf("loom: memory per rank (activations: micro-batches in flight x one micro-batch's activations)\n");
+  mine[2] = float((model.param_bytes() + o.params) / MB);
+  mine[3] = float((model.grad_bytes() + o.grads) / MB);
+  mine[4] = float(o.optimizer / MB);
+  mine[5] = float(o.optimizer_host / MB);
+  mine[6] = float(model.activation_bytes() / MB);
+  mine[7] = float(o.comm_buffers / MB);
+  mine[8] = mine[2] + mine[3] + mine[4];
+  mine[9] = float(host_memory().peak_mb);
+  groups_.world().all_gather(all.data(), std::vector<size_t>(size_t(n), kF));
+  if (rank_ != 0) return nullptr;
+  std::printf("loom: memory per rank, %s (MB; model state = parameters + gradients + optimizer state on the device%s)\n",
+              when.c_str(), when == "at start" ? "; ZeRO-2/3's per-unit buffers are counted from the first step on" : "");
+  std::printf("loom:   %4s %5s %6s %10s %10s %10s %10s %10s %10s %10s %10s\n", "rank", "stage", "flight", "params",
+              "grads", "optimizer", "opt(host)", "activation", "comm buf", "model st.", "peak RSS");
+  nlohmann::json rows = nlohmann::json::array();
   for (int i = 0; i < n; ++i) {
-    const float* m = all.data() + size_t(i) * 5;
-    std::printf("loom:   rank %d stage %d: %d in flight, activations %.2f MB, optimizer state %.2f MB, peak RSS "
-                "%.1f MB\n",
-                i, int(m[0]), int(m[1]), m[2], m[3], m[4]);
+    const float* m = all.data() + size_t(i) * kF;
+    std::printf("loom:   %4d %5d %6d %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.1f\n", i, int(m[0]), int(m[1]),
+                m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9]);
+    rows.push_back({{"rank", i}, {"stage", int(m[0])}, {"in_flight", int(m[1])}, {"params_mb", m[2]},
+                    {"grads_mb", m[3]}, {"optimizer_mb", m[4]}, {"optimizer_host_mb", m[5]},
+                    {"activations_mb", m[6]}, {"comm_buffers_mb", m[7]}, {"model_state_mb", m[8]},
+                    {"peak_rss_mb", m[9]}});
   }
+  std::fflush(stdout);
+  return rows;
 }
 
 namespace {

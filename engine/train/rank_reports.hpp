@@ -4,6 +4,8 @@
 // that copies meant to be identical are (tp replicas, the tied embedding's two stages). Every
 // call is collective over the world (or the group named); rank 0 prints.
 #include <memory>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -36,9 +38,13 @@ class RankReports {
   // Step time, host memory and GPU health of every rank, gathered to all: the slowest rank and
   // its lag behind the median are the stragglers to look at.
   RankHealth gather_health(double step_s);
-  // Per rank: pipeline stage, micro-batches in flight, activation and optimizer-state bytes and
-  // peak host RSS, printed by rank 0.
-  void report_memory(const Gpt& model, const DistributedOptimizer& optim, int micro_steps);
+  // Per rank: pipeline stage, micro-batches in flight, and the bytes of parameters, gradients,
+  // optimizer state (device and, offloaded, host), activations, communication buffers, the model
+  // state (parameters + gradients + optimizer state on the device; ZeRO-2/3's per-unit buffers at
+  // their peak so far) and the process's peak RSS. Printed by rank 0 under the heading `when`
+  // ("at start", "at the end"), which also gets the rows as JSON (null elsewhere) for run.json.
+  nlohmann::json report_memory(const Gpt& model, const DistributedOptimizer& optim, int micro_steps,
+                               const std::string& when);
   // Tensors replicated over tp get identical updates by construction: verifies the parameters
   // really agree (throws naming the rank otherwise).
   void check_replicas(const Gpt& model);

@@ -172,6 +172,17 @@ void Trainer::start_run_record(const std::string& command, const std::vector<std
   run_record_ = std::make_unique<RunRecord>(r_.log.dir, info);
 }
 
+// A report in run.json is worth a warning, not the run: only rank 0 writes, and a throw here would
+// leave the other ranks waiting in the next collective.
+void Trainer::record_in_run_json(const std::string& key, nlohmann::json value) {
+  if (!run_record_) return;
+  try {
+    run_record_->set(key, std::move(value));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: warning: could not record %s in run.json: %s\n", key.c_str(), e.what());
+  }
+}
+
 void Trainer::note_failure(const std::string& error) {
   if (run_record_) run_record_->finish(-1, 1, error);
 }
@@ -207,6 +218,8 @@ void Trainer::print_header() const {
 
 TrainSummary Trainer::run() {
   print_header();
+  nlohmann::json memory_start = reports_->report_memory(*model_, *optim_, layout_.micro_steps, "at start");
+  record_in_run_json("memory_start", std::move(memory_start));
   TrainSummary summary;
   summary.start_step = summary.steps = resumed_.steps_done;
   RunGuard guard(r_.train, r_.model.vocab_size, resumed_.health.first_bad_step, resumed_.path, rank_, started_);
@@ -322,7 +335,8 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
   checkpointer_->wait();  // an async save must be complete before the run ends
   reports_->check_replicas(*model_);
   reports_->check_tied_embeddings(*model_);
-  reports_->report_memory(*model_, *optim_, layout_.micro_steps);
+  nlohmann::json memory_end = reports_->report_memory(*model_, *optim_, layout_.micro_steps, "at the end");
+  record_in_run_json("memory_end", std::move(memory_end));
   if (op_timer_ && rank_ == 0)
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
   const int64_t timed_steps = summary.steps - resumed_.steps_done - 1;

@@ -72,6 +72,7 @@ class Trainer {
   void finish_run(TrainSummary& summary, double timed_s);
   void print_header() const;
   void write_trace();
+  void record_in_run_json(const std::string& key, nlohmann::json value);  // rank 0
   // log.trace records steps [resumed + 1, trace_end()) of the session (the first warms up).
   int64_t trace_end() const { return resumed_.steps_done + 1 + r_.log.trace_steps; }
 

@@ -2,12 +2,14 @@
 # resumes from the last complete checkpoint, and the run reaches bitwise the same final
 # parameters as an uninterrupted one.
 #   checkpoint_kill9.sh LOOM SRC MPIEXEC [TRIALS]
+# KILL9_SET="--set parallel.zero=3" runs every job (the reference too) with those overrides.
 source "$(dirname "$0")/../cli/common.sh"
 trials=${4:-4}
 corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
-args=(--set train.steps=40 --set log.eval_every=0 --set checkpoint.every=4 --set checkpoint.keep_last=2)
+# shellcheck disable=SC2206
+args=(--set train.steps=40 --set log.eval_every=0 --set checkpoint.every=4 --set checkpoint.keep_last=2 ${KILL9_SET:-})
 mpi -np 2 "$LOOM" train configs/tiny.yaml "${args[@]}" --set checkpoint.dir="$WORK/ref" --set log.dir="$WORK/rref" > /dev/null
 tensors() { "$LOOM" ckpt inspect "$1" | sed -n '/tensors/,/recipe:/p'; }
 tensors "$WORK/ref" > "$WORK/ref.tensors"

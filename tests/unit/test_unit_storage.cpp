@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -23,6 +24,16 @@ namespace {
 
 const GptShape kShape = GptShape::make(3, 4, 32, 100, 16);
 
+// "w3>4": weights of unit 3 acquired, 4 named next; "r3": released; "d3": gradients done.
+std::string event(char kind, int unit, int next = -2) {
+  char buf[32];
+  if (next == -2)
+    std::snprintf(buf, sizeof buf, "%c%d", kind, unit);
+  else
+    std::snprintf(buf, sizeof buf, "%c%d>%d", kind, unit, next);
+  return buf;
+}
+
 class PoisoningStorage final : public UnitStorage {
  public:
   PoisoningStorage(bool weights, const std::vector<ParamUnit>& units, size_t total)
@@ -30,13 +41,13 @@ class PoisoningStorage final : public UnitStorage {
         held_g_(units.size()) {}
   bool holds_weights() const override { return weights_; }
   TypedPtr acquire_weights(int u, int next) override {
-    events.push_back("w" + std::to_string(u) + ">" + std::to_string(next));
+    events.push_back(event('w', u, next));
     auto& h = held_w_[size_t(u)];
     if (h.empty()) h.assign(master_.begin() + long(units_[size_t(u)].begin), master_.begin() + long(units_[size_t(u)].end));
     return TypedPtr(h.data());
   }
   void release_weights(int u) override {
-    events.push_back("r" + std::to_string(u));
+    events.push_back(event('r', u));
     auto& h = held_w_[size_t(u)];
     std::fill(h.begin(), h.end(), std::numeric_limits<float>::quiet_NaN());
     poisoned_.push_back(std::move(h));  // keep the memory alive: a stale pointer reads NaN
@@ -52,7 +63,7 @@ class PoisoningStorage final : public UnitStorage {
     return h.data();
   }
   void grads_done(int u) override {
-    events.push_back("d" + std::to_string(u));
+    events.push_back(event('d', u));
     auto& h = held_g_[size_t(u)];
     REQUIRE(!h.empty());
     for (size_t i = 0; i < h.size(); ++i) grads_[units_[size_t(u)].begin + i] += h[i];
