@@ -1,9 +1,9 @@
 #include "parallel/process_groups.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #include "parallel/nccl_communicator.hpp"
-#include <string>
 
 namespace loom::parallel {
 namespace {
@@ -47,6 +47,10 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout
   pp_ = split(world, c.dp * layout.tp + c.tp, c.pp, "pipeline");
   const bool holds_embedding = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
   embedding_ = split(world, holds_embedding ? c.dp * layout.tp + c.tp : MPI_UNDEFINED, c.pp, "tied-embedding");
+  count_tp_ = std::make_unique<CountingCommunicator>(*tp_);
+  count_dp_ = std::make_unique<CountingCommunicator>(*dp_);
+  count_pp_ = std::make_unique<CountingCommunicator>(*pp_);
+  if (embedding_) count_embedding_ = std::make_unique<CountingCommunicator>(*embedding_);
 }
 
 void ProcessGroups::use_nccl(int device, void* compute_stream) {
@@ -56,6 +60,15 @@ void ProcessGroups::use_nccl(int device, void* compute_stream) {
   nccl_dp_ = make_nccl_communicator(dp_->comm(), device, compute_stream);
   nccl_pp_ = make_nccl_communicator(pp_->comm(), device, compute_stream);
   if (embedding_) nccl_embedding_ = make_nccl_communicator(embedding_->comm(), device, compute_stream);
+  // The counters stay: a group's volume is the same whichever communicator carries it.
+  count_tp_->rebind(*nccl_tp_);
+  count_dp_->rebind(*nccl_dp_);
+  count_pp_->rebind(*nccl_pp_);
+  if (count_embedding_) count_embedding_->rebind(*nccl_embedding_);
+}
+
+CommVolume ProcessGroups::device_volume() const {
+  return device_tp_volume() + device_dp_volume() + device_pp_volume() + device_embedding_volume();
 }
 
 }  // namespace loom::parallel

@@ -5,6 +5,8 @@
 
 #include <memory>
 
+#include "parallel/comm_volume.hpp"
+#include "parallel/counting_communicator.hpp"
 #include "parallel/grid_layout.hpp"
 #include "parallel/mpi_communicator.hpp"
 
@@ -41,15 +43,23 @@ class ProcessGroups {
 
   // Device buffers (the CUDA backend): NCCL communicators over the same groups, ordered after
   // `compute_stream` (docs/parallelism.md). Collective over the world. Until it is called the
-  // device_*() accessors return the MPI communicators above (host buffers: the CPU backend).
+  // device_*() accessors forward to the MPI communicators above (host buffers: the CPU backend).
   void use_nccl(int device, void* compute_stream);
-  Communicator& device_tp() { return nccl_tp_ ? *nccl_tp_ : static_cast<Communicator&>(*tp_); }
-  Communicator& device_dp() { return nccl_dp_ ? *nccl_dp_ : static_cast<Communicator&>(*dp_); }
-  Communicator& device_pp() { return nccl_pp_ ? *nccl_pp_ : static_cast<Communicator&>(*pp_); }
-  Communicator* device_embedding() {
-    if (nccl_embedding_) return nccl_embedding_.get();
-    return embedding_.get();
-  }
+  // Every device_*() communicator counts what it moves (counting_communicator.hpp), across
+  // use_nccl; the host accessors above (scalars, health figures, checkpoint I/O) do not count.
+  Communicator& device_tp() { return *count_tp_; }
+  Communicator& device_dp() { return *count_dp_; }
+  Communicator& device_pp() { return *count_pp_; }
+  Communicator* device_embedding() { return count_embedding_.get(); }
+
+  // Bytes the device groups have moved since construction (comm_volume.hpp), all of them and
+  // per group; a step's volume is the difference of two snapshots. Groups of one count payload
+  // and no wire bytes; the embedding group is empty on ranks without one.
+  CommVolume device_volume() const;
+  CommVolume device_tp_volume() const { return count_tp_->volume(); }
+  CommVolume device_dp_volume() const { return count_dp_->volume(); }
+  CommVolume device_pp_volume() const { return count_pp_->volume(); }
+  CommVolume device_embedding_volume() const { return count_embedding_ ? count_embedding_->volume() : CommVolume{}; }
 
  private:
   GridLayout layout_;
@@ -57,6 +67,8 @@ class ProcessGroups {
   NodeRank local_;
   std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, embedding_;
   std::unique_ptr<Communicator> nccl_tp_, nccl_dp_, nccl_pp_, nccl_embedding_;
+  // What device_*() return: over the MPI communicators, rebound to the NCCL ones by use_nccl.
+  std::unique_ptr<CountingCommunicator> count_tp_, count_dp_, count_pp_, count_embedding_;
 };
 
 }  // namespace loom::parallel

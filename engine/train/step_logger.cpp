@@ -6,6 +6,29 @@
 #include <vector>
 
 namespace loom {
+namespace {
+// The step's communication volume in MB (1e6 bytes): the payload of each kind the engine uses
+// (all-reduce, reduce-scatter, all-gather, send/recv; broadcast only when called) and the ring
+// model's wire bytes of all of them (parallel/comm_volume.hpp).
+void add_comm_fields(const parallel::CommVolume& v, std::vector<std::pair<std::string, double>>& fields) {
+  using K = parallel::CommKind;
+  auto mb = [&](K k) { return double(v.payload_bytes(k)) / 1e6; };
+  fields.insert(fields.end(), {{"comm_allreduce_mb", mb(K::AllReduce)},
+                               {"comm_reducescatter_mb", mb(K::ReduceScatter)},
+                               {"comm_allgather_mb", mb(K::AllGather)},
+                               {"comm_sendrecv_mb", mb(K::SendRecv)}});
+  if (v.call_count(K::Broadcast) > 0) fields.emplace_back("comm_broadcast_mb", mb(K::Broadcast));
+  fields.emplace_back("comm_wire_mb", double(v.total_wire()) / 1e6);
+}
+
+// loss/loss, loss/val_loss, comm/<what> for comm_<what>_mb, perf/<key> for the rest (comm_wait_ms
+// included: a time).
+std::string tensorboard_tag(const std::string& key) {
+  if (key == "loss" || key == "val_loss") return "loss/" + key;
+  if (key.rfind("comm_", 0) == 0 && key != "comm_wait_ms") return "comm/" + key.substr(5);
+  return "perf/" + key;
+}
+}  // namespace
 
 StepLogger::StepLogger(const LogConfig& log, LogRates rates) : log_(log), rates_(rates) {
   metrics_ = std::make_unique<MetricsLog>(log.dir, rates_.start_step);
@@ -36,13 +59,14 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
                                  {"gpu_mem_max_mb", h.gpu_mem_max_mb},
                                  {"gpu_power_max_w", h.gpu_power_max_w},
                                  {"gpu_temp_max_c", h.gpu_temp_max_c}});
+  if (s.comm.total_calls() > 0) add_comm_fields(s.comm, fields);
   if (s.loss_scale > 0) fields.emplace_back("loss_scale", s.loss_scale);
   if (s.skipped) fields.emplace_back("skipped", 1);
   metrics_->write(fields);
   if (tensorboard_) {
     std::vector<std::pair<std::string, double>> tb;
     for (const auto& [k, v] : fields)
-      if (k != "step" && k != "slowest_rank") tb.emplace_back((k == "loss" || k == "val_loss" ? "loss/" : "perf/") + k, v);
+      if (k != "step" && k != "slowest_rank") tb.emplace_back(tensorboard_tag(k), v);
     tensorboard_->scalars(s.step + 1, tb);  // TensorBoard's step is the number of steps done
   }
   // ETA from this session's mean step time so far.

@@ -1,6 +1,7 @@
 #pragma once
 // Rank 0's record of each logged step: a line of metrics.jsonl, TensorBoard scalars and the
-// progress line on stdout (loss, throughput, MFU, waits, memory, the slowest rank, ETA).
+// progress line on stdout (loss, throughput, MFU, waits, memory, the slowest rank, ETA; the
+// communication volume in the first two only).
 // metrics.jsonl is opened by the constructor (which takes log.dir's lock) and the event file by
 // start_tensorboard(), so a log.dir that cannot be written fails before training; a write that
 // fails later throws from log().
@@ -12,6 +13,7 @@
 #include "engine/metrics/metrics_log.hpp"
 #include "engine/metrics/tensorboard_writer.hpp"
 #include "engine/train/rank_reports.hpp"
+#include "parallel/comm_volume.hpp"
 
 namespace loom {
 
@@ -22,6 +24,9 @@ struct StepRecord {
   double step_s = 0, data_wait_s = 0, comm_wait_s = 0;
   bool skipped = false;
   double loss_scale = 0;  // fp16: the loss scale the step used (0: no scaling, not logged)
+  // What this rank's device groups moved during the step (ProcessGroups::device_volume() after
+  // minus before). Logged when it counted any call; rank 0's figures.
+  parallel::CommVolume comm{};
 };
 
 // What the logger derives throughput and the ETA from.
