@@ -243,8 +243,10 @@ TrainSummary Trainer::run() {
       std::this_thread::sleep_for(std::chrono::duration<double>(faults_.sleep_s));
     }
     const double lr = schedule_.at(step);
+    const parallel::CommVolume comm_before = groups_.device_volume();
     const StepResult res = step_->run(batch, step + 1, lr, faults_.nan_steps.count(step + 1) > 0,
                                       faults_.overflow_steps.count(step + 1) > 0);
+    const parallel::CommVolume comm = groups_.device_volume() - comm_before;
     summary.comm_wait_s += res.comm_wait_s;
     guard.after_step(step, res);
     if (res.skipped) ++summary.skipped_steps;
@@ -259,6 +261,7 @@ TrainSummary Trainer::run() {
                       vote.stop_now || vote.log_failed;
     StepRecord rec{step, res.loss, -1, lr, res.grad_norm, dt, 0, res.comm_wait_s, res.skipped};
     rec.loss_scale = scaler_->enabled() ? res.loss_scale : 0;
+    rec.comm = comm;
     if (!val_batches_.empty() && !guard.too_many_bad() && due(r_.log.eval_every, done, last)) {
       TraceRecorder::Span span(&trace_, "evaluation", "compute");
       rec.val_loss = summary.final_val_loss = evaluate(*model_, groups_, val_batches_, layout_.micro_steps);
