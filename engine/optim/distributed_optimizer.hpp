@@ -3,17 +3,17 @@
 // gradients after the last micro-batch's backward and to its parameters before the next
 // forward. It owns
 //   - which elements of the flat buffers this rank updates (the ZeRO stage: all of them at
-//     zero 0; one part of every gradient bucket per data-parallel rank at zero 1),
+//     zero 0; one part of every gradient bucket per data-parallel rank at zero 1, 2 and 3),
 //   - the bucketed gradient reduction over dp, overlapped with backward (parallel/grad_buckets),
 //     in fp32 or (parallel.grad_reduce_dtype: bf16) through a bf16 copy of the gradients that
 //     halves the bytes on the wire, and the sum of tied gradients over the embedding group (the
 //     first and last pipeline stages' copies of wte),
 //   - the global gradient norm and clipping,
-//   - the AdamW update of the owned elements and the all-gather that gives every dp rank the
-//     updated parameters,
+//   - the AdamW update of the owned elements (on the device, or on the host with optim.offload)
+//     and the all-gather that gives every dp rank the updated parameters (zero 1, 2),
 //   - the optimizer state, which the checkpointer asks only this object for.
-// It sees the model only as flat buffers and their ParamTable (weight decay, tp replication,
-// tied copies); it knows no layer.
+// It sees the model only as flat buffers, their ParamTable (weight decay, tp replication, tied
+// copies) and its units; it knows no layer.
 //
 // ZeRO-2 and ZeRO-3 (parallel.zero 2, 3): the gradients (and at 3 the parameters) are this
 // rank's shard only, held by a ShardedState (sharded_state.hpp) that the model reaches unit by

@@ -24,8 +24,10 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   model.zero_grads();
   optim_.begin_step();
   double loss = 0;
-  // Gradient accumulation communicates nothing until the last micro-batch, whose backward hands
-  // the optimizer each point from which the gradients are final: it launches those buckets' reduction.
+  // Zero 0/1: gradient accumulation communicates nothing until the last micro-batch, whose
+  // backward hands the optimizer each point from which the gradients are final: it launches those
+  // buckets' reduction. (Zero 2/3 reduce every micro-batch's units through the model's
+  // UnitStorage instead; the hook is then a no-op.)
   ModelHooks overlap;
   overlap.grads_ready_from = [this](size_t offset) { optim_.grads_ready_from(offset); };
   parallel::StageWork work;
