@@ -11,7 +11,7 @@ run() {  # name precision [env...]
   local name=$1 precision=$2; shift 2
   env "$@" "$LOOM" train configs/tiny.yaml --set train.precision="$precision" --set log.every=1 \
     --set log.dir="$WORK/$name" > "$WORK/$name.out" 2>&1 || { cat "$WORK/$name.out"; fail "$name failed"; }
-  grep -E "^loom: (precision|note)|activations [0-9.]+ MB" "$WORK/$name.out" | sed "s/^/$name: /" || true
+  grep -E "^loom: (precision|note)" "$WORK/$name.out" | sed "s/^/$name: /" || true
 }
 run fp32 fp32
 run bf16 bf16
@@ -22,8 +22,8 @@ import json, re, sys
 work = sys.argv[1]
 def rows(name):
     return [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")]
-def act_mb(name):
-    return float(re.search(r"activations ([0-9.]+) MB", open(f"{work}/{name}.out").read()).group(1))
+def act_mb(name):  # rank 0's allocated activations, from the memory report in run.json
+    return json.load(open(f"{work}/{name}/run.json"))["sessions"][-1]["memory_end"][0]["activations_mb"]
 ref = rows("fp32")
 def final(r):
     train = [x["loss"] for x in r[-20:] if not x.get("skipped")]

@@ -7,7 +7,9 @@ corpus
 cd "$SRC"
 args=(--set train.steps=5 --set log.every=1 --set log.eval_every=0)
 strip() { sed -E 's/, "tokens_per_s".*//' "$1"; }  # timing and memory fields differ run to run
-acts() { sed -n 's/.*rank 0 stage 0: .* activations \([0-9.]*\) MB.*/\1/p' "$1"; }
+acts() {  # rank 0's allocated activations, from the memory report in LOG_DIR/run.json
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sessions"][-1]["memory_end"][0]["activations_mb"])' "$1/run.json"
+}
 for mode in none selective full; do
   OMP_NUM_THREADS=2 mpi -np 1 "$LOOM" train configs/tiny.yaml "${args[@]}" --set train.recompute=$mode \
     --set log.dir="$WORK/one_$mode" > "$WORK/one_$mode.out"
@@ -16,7 +18,7 @@ for mode in selective full; do
   diff <(strip "$WORK/one_none/metrics.jsonl") <(strip "$WORK/one_$mode/metrics.jsonl") > /dev/null ||
     fail "1 rank: recompute=$mode changes the results"
 done
-a_none=$(acts "$WORK/one_none.out") a_sel=$(acts "$WORK/one_selective.out") a_full=$(acts "$WORK/one_full.out")
+a_none=$(acts "$WORK/one_none") a_sel=$(acts "$WORK/one_selective") a_full=$(acts "$WORK/one_full")
 echo "1 rank: activations none $a_none MB, selective $a_sel MB, full $a_full MB; results identical"
 python3 -c "import sys; sys.exit(0 if $a_full < $a_sel < $a_none else 1)" || fail "activation memory did not shrink"
 export OMP_NUM_THREADS=1
@@ -26,5 +28,5 @@ for mode in none full; do
 done
 diff <(strip "$WORK/tp_none/metrics.jsonl") <(strip "$WORK/tp_full/metrics.jsonl") > /dev/null ||
   fail "tp 2 x pp 2: recompute=full changes the results"
-echo "tp 2 x pp 2: activations none $(acts "$WORK/tp_none.out") MB, full $(acts "$WORK/tp_full.out") MB; results identical"
+echo "tp 2 x pp 2: activations none $(acts "$WORK/tp_none") MB, full $(acts "$WORK/tp_full") MB; results identical"
 echo PASS
