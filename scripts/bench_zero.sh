@@ -99,8 +99,11 @@ run() {  # SHAPE VARIANT ROUND: one training run at dp $np, its figures appended
     --set data.val= --set log.eval_every=0 --set log.every=1 --set log.tensorboard=false \
     --set checkpoint.dir= --set log.dir="$dir" $(shape_args "$1") $(variant_args "$2") >"$log" 2>&1 || rc=$?
   params=$(sed -nE 's/.* ([0-9.]+)M params on rank 0.*/\1/p' "$log" | head -1)
+  # The gemm rate Loom measures at start (its MFU's peak): how much CPU the run had, on a shared
+  # machine the first thing to compare between runs.
+  gemm=$(sed -nE 's/.*, peak ([0-9.]+) GFLOP\/s.*/\1/p' "$log" | head -1)
   if [ "$rc" = 0 ] && fields=$(python3 scripts/bench_zero_table.py --record "$dir" 2>>"$log"); then
-    record "shape=$1" "variant=$2" "round=$3" "status=ok" "params_m=$params" "$fields"
+    record "shape=$1" "variant=$2" "round=$3" "status=ok" "params_m=$params" "gemm_gflops=$gemm" "$fields"
   else
     record "shape=$1" "variant=$2" "round=$3" "status=fail" "note=$(why "$log" "$rc")"
   fi

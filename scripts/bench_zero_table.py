@@ -8,7 +8,7 @@ Two modes:
 
 results.tsv holds one record per line of tab-separated key=value fields:
     load=start|end avg1=<1-minute load average> cores=<n>
-    shape=<name> variant=<name> round=<r> status=ok params_m=<M> step_ms=<ms> comm_wait_ms=<ms>
+    shape=<name> variant=<name> round=<r> status=ok params_m=<M> gemm_gflops=<x> step_ms=<ms> comm_wait_ms=<ms>
         steps_timed=<n> final_loss=<nats> rank=<r> params_mb=... grads_mb=... optimizer_mb=... optimizer_host_mb=...
         activations_mb=... comm_buffers_mb=... model_state_mb=... peak_rss_mb=...
     shape=<name> variant=<name> round=<r> status=fail note=<why>
@@ -172,14 +172,14 @@ def main():
         print(f"\nStep time, {name}: {rounds} rounds, the variants alternating; per run the median over its "
               "steps after the first (rank 0), then min and median over the rounds\n")
         print("| variant | runs | step ms min | step ms median | comm wait ms min | comm wait ms median | "
-              "step vs zero 0 (median) | step ms per round |")
-        print("|---|---|---|---|---|---|---|---|")
+              "step vs zero 0 (median) | step ms per round | gemm GFLOP/s at start |")
+        print("|---|---|---|---|---|---|---|---|---|")
         med = {}
         for v in TIMED:
             runs = ok.get((shape, v), [])
             if not runs:
                 note = failed.get((shape, v), [("?", "not run")])[-1][1]
-                print(f"| {LABEL[v]} | 0 | failed: {note} ||||||")
+                print(f"| {LABEL[v]} | 0 | failed: {note} |||||||")
                 continue
             steps = [num(r, "step_ms") for r in runs]
             waits = [num(r, "comm_wait_ms") for r in runs]
@@ -187,8 +187,14 @@ def main():
             rel = f"{med[v][0] / med['z0'][0]:.2f}x" if "z0" in med else "-"
             per_round = " ".join(f"{s:.0f}" for s in steps)
             nfail = len(failed.get((shape, v), []))
+            gemm = [num(r, "gemm_gflops") for r in runs if num(r, "gemm_gflops")]
+            gemm_range = f"{min(gemm):.0f}-{max(gemm):.0f}" if gemm else "-"
             print(f"| {LABEL[v]} | {len(runs)}{f' (+{nfail} failed)' if nfail else ''} | {min(steps):.0f} | "
-                  f"{med[v][0]:.0f} | {min(waits):.0f} | {med[v][1]:.0f} | {rel} | {per_round} |")
+                  f"{med[v][0]:.0f} | {min(waits):.0f} | {med[v][1]:.0f} | {rel} | {per_round} | {gemm_range} |")
+        gemm = [num(r, "gemm_gflops") for v in TIMED for r in ok.get((shape, v), []) if num(r, "gemm_gflops")]
+        if gemm and max(gemm) > 1.3 * min(gemm):
+            print(f"\n- the runs had unequal shares of the CPU (gemm rate at start {min(gemm):.0f} to {max(gemm):.0f} "
+                  "GFLOP/s): compare their step times with care, or run more rounds")
         if "z3" in med and "z3np" in med:
             (s_on, w_on), (s_off, w_off) = med["z3"], med["z3np"]
             hidden = w_off - w_on
