@@ -7,7 +7,9 @@
 #         38.6M of the 124M parameters, and ZeRO-3 gathers it whole for the lookup and the head
 #         and holds its gradient whole through backward);
 #   byte: 16 layers of d_model 768 with the byte-level vocabulary 257 (~113M parameters, almost
-#         all in the blocks).
+#         all in the blocks);
+#   deep: 32 layers of d_model 512, vocabulary 257 (~101M parameters in smaller blocks: ZeRO-3's
+#         per-unit buffers, a few blocks' worth, are a smaller share of the model).
 # Then step time and the communication wait per step (gradient reduction, and at zero 3 the
 # parameter gathers, not hidden behind compute) of zero 0, zero 3 and zero 3 without prefetch on
 # the gpt2 shape, the three alternating ROUNDS times (the machine is shared and noisy: min and
@@ -70,7 +72,8 @@ shape_args() {  # SHAPE -> --set arguments on top of configs/gpt2-124m.yaml
   case $1 in
     gpt2) echo "--set model.n_layer=12 --set model.vocab_size=50257 --set data.train=$llmc" ;;
     byte) echo "--set model.n_layer=16 --set model.vocab_size=257 --set data.train=data/fortunes" ;;
-    *) echo "bench_zero: unknown shape $1 (gpt2, byte)" >&2; exit 2 ;;
+    deep) echo "--set model.n_layer=32 --set model.d_model=512 --set model.n_head=8 --set model.vocab_size=257 --set data.train=data/fortunes" ;;
+    *) echo "bench_zero: unknown shape $1 (gpt2, byte, deep)" >&2; exit 2 ;;
   esac
 }
 variant_args() {  # VARIANT -> --set arguments

@@ -16,6 +16,37 @@ namespace {
 
 constexpr double MB = 1024.0 * 1024.0;
 
+// ZeRO-2/3's per-unit buffers on one stage, in elements, at the most their caches hold
+// (engine/optim/buffer_cache.hpp keeps every buffer for reuse by exact size, so what it holds is,
+// per unit size, the most buffers of that size ever live at once; engine/model/gpt.cpp says when
+// the model asks for what, engine/optim/sharded_state.cpp when the storage lets go):
+//   weights (zero 3): the embedding and ln_f (both live in the head, from its forward to its
+//     backward) and two blocks (the one in use and the next one's prefetched gather; one without
+//     prefetch);
+//   gradients: the embedding's (live through backward; twice with accumulation, when a
+//     micro-batch's head starts a new one while the previous micro-batch's is still reducing,
+//     unless it is a pipeline's tied copy, kept over the step), ln_f's and three blocks' (one
+//     computing, two reducing);
+//   receive parts for the second and later micro-batches: ln_f's, the embedding's and two
+//     blocks' parts (1/dp of each).
+struct UnitPeaks {
+  double weights = 0, grads = 0, recv = 0;
+};
+UnitPeaks unit_peaks(const std::vector<ParamUnit>& units, bool prefetch, int accum, bool tied, int dp) {
+  double E = 0, F = 0, B = 0;
+  int L = 0;
+  for (const ParamUnit& u : units) {
+    if (u.kind == ParamUnit::Embedding) E = double(u.size());
+    if (u.kind == ParamUnit::Final) F = double(u.size());
+    if (u.kind == ParamUnit::Block) B = std::max(B, double(u.size())), ++L;
+  }
+  UnitPeaks p;
+  p.weights = E + F + std::min(L, prefetch ? 2 : 1) * B;
+  p.grads = (accum > 1 && !tied ? 2 : 1) * E + F + std::min(L, 3) * B;
+  p.recv = accum > 1 ? ((tied ? 0 : E) + F + std::min(L, 2) * B) / dp : 0;
+  return p;
+}
+
 // Ring collective over k ranks of `bytes` each: all-reduce moves 2(k-1)/k of the data, with
 // 2(k-1) latency steps (reduce-scatter + all-gather).
 double all_reduce_s(double bytes, int k, double gbs, double alpha_us) {
@@ -136,24 +167,47 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     MemoryBreakdown mem;
     mem.stage = s;
     mem.in_flight = in_flight;
-    // The fp32 master parameters and, under bf16/fp16, their compute copy; fp32 gradients.
-    mem.params = P * (bf16 ? 4 + 2 : 4) / MB;
-    mem.grads = P * 4 / MB;
-    const double owned = r.parallel.zero == 1 ? P / dp : P;
-    // Adam m and v (fp32).
-    mem.optimizer = owned * 8 / MB;
-    // ZeRO-1's reduce-scatter shard (fp32); with parallel.grad_reduce_dtype bf16 a bf16 copy of
-    // the gradients to reduce and, sharded, a bf16 shard beside the fp32 one.
+    const int zero = r.parallel.zero;
+    const double owned = zero >= 1 ? P / dp : P;
+    double unit_working = 0;  // bytes of ZeRO-2/3's per-unit buffers
     const bool reduce16 = r.parallel.grad_reduce_dtype == "bf16";
-    mem.comm_buffers = ((r.parallel.zero == 1 ? owned * (4 + (reduce16 ? 2 : 0)) : 0) + (reduce16 ? P * 2 : 0)) / MB;
+    if (zero <= 1) {
+      // The fp32 master parameters and, under bf16/fp16, their compute copy; fp32 gradients.
+      mem.params = P * (bf16 ? 4 + 2 : 4) / MB;
+      mem.grads = P * 4 / MB;
+      // ZeRO-1's reduce-scatter shard (fp32); with parallel.grad_reduce_dtype bf16 a bf16 copy of
+      // the gradients to reduce and, sharded, a bf16 shard beside the fp32 one.
+      mem.comm_buffers = ((zero == 1 ? owned * (4 + (reduce16 ? 2 : 0)) : 0) + (reduce16 ? P * 2 : 0)) / MB;
+    } else {
+      // ZeRO-2/3 (engine/optim/sharded_state.hpp): per-unit buffers, at the most held at once.
+      const UnitPeaks u = unit_peaks(param_units(table), r.parallel.prefetch, accum, pp > 1 && (spec.first || spec.last), dp);
+      // zero 2: the model's flat parameters (and compute copy); zero 3: the fp32 master shard
+      // (and its compute copy) and the gathered units, in the compute dtype.
+      mem.params = (zero == 2 ? P * (bf16 ? 4 + 2 : 4) : owned * (bf16 ? 4 + 2 : 4) + u.weights * act_bytes) / MB;
+      // The fp32 gradient shard and the units' fp32 gradient buffers.
+      mem.grads = (owned * 4 + u.grads * 4) / MB;
+      // Staging: fp32 receive parts for the second and later micro-batches; with bf16 reduction,
+      // bf16 copies of the units and bf16 receive parts for every micro-batch (approximately: the
+      // fp32 case is exact).
+      mem.comm_buffers = (reduce16 ? u.grads * 2 + u.grads / dp * 2 + u.recv * 4 : u.recv * 4) / MB;
+      unit_working = (zero == 3 ? u.weights * act_bytes : 0) + u.grads * 4 + mem.comm_buffers * MB;
+    }
+    // Adam m and v (fp32); with optim.offload in host memory, with the master and a gradient copy.
+    const bool offload = r.optim.offload == "cpu";
+    mem.optimizer = offload ? 0 : owned * 8 / MB;
+    mem.optimizer_host = offload ? owned * 16 / MB : 0;
     mem.activations = (double(a.total(in_flight)) + double(a.ints)) / MB;
     mem.workspace = cl.device.cpu ? 0 : 32;  // cuBLASLt
     // Host staging: the initial parameters (a full copy while the optimizer is allocated), or a
     // checkpoint's snapshot of parameters and both moments (kept between saves), whichever is
     // larger; on GPUs it is host memory, not device memory.
-    const double staging = (r.checkpoint.dir.empty() ? 4.0 : 12.0) * P / MB;
+    double staging = (r.checkpoint.dir.empty() ? 4.0 : 12.0) * P / MB;
+    // ZeRO-2/3's per-unit buffers appear in the first step, after the initial copy is gone: the
+    // peak holds the larger of the two, not both (a checkpoint's snapshot does meet them).
+    if (zero >= 2 && r.checkpoint.dir.empty()) staging = std::max(0.0, staging - unit_working / MB);
     mem.staging = cl.device.cpu ? staging : 0;
     mem.runtime = cl.device.runtime_mb;
+    mem.host_is_device = cl.device.cpu;
     if (mem.total() > p.memory.total()) p.memory = mem;
   }
   const double capacity_mb = cl.device.memory_gb * 1024 / (cl.device.cpu ? cl.per_node : 1);
@@ -199,6 +253,23 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   const double dp_s = all_reduce_s(grad_bytes, dp, bw(dp_in), al(dp_in));
   p.dp_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * grad_bytes : 0;
   p.dp_comm_exposed_s = r.parallel.overlap_grad_reduce ? std::max(0.0, dp_s - per_micro * 2.0 / 3.0) : dp_s;
+  if (r.parallel.zero >= 2 && dp > 1) {
+    // Every micro-batch reduce-scatters its gradients (half an all-reduce's bytes), hidden behind
+    // that micro-batch's backward; zero 3 also gathers the parameters (compute dtype) for its
+    // forward and again for its backward, hidden behind the compute with prefetch, exposed without.
+    const double rs_s = dp_s / 2, param_bytes = double(largest_params) * act_bytes;
+    const double ag_s = all_reduce_s(param_bytes, dp, bw(dp_in), al(dp_in)) / 2;
+    double exposed = std::max(0.0, rs_s - per_micro * 2.0 / 3.0);
+    p.dp_bytes = accum * (dp - 1.0) / dp * grad_bytes;
+    if (r.parallel.zero == 2) {
+      exposed += ag_s;  // the updated parameters, after the step
+      p.dp_bytes += (dp - 1.0) / dp * param_bytes;
+    } else {
+      exposed += r.parallel.prefetch ? std::max(0.0, 2 * ag_s - per_micro) : 2 * ag_s;
+      p.dp_bytes += accum * 2.0 * (dp - 1) / dp * param_bytes;
+    }
+    p.dp_comm_exposed_s = accum * exposed;
+  }
   p.step_s = p.compute_s + p.bubble_s + p.tp_comm_s + p.pp_comm_s + p.dp_comm_exposed_s;
   p.tokens_per_s = tokens / p.step_s;
   p.mfu = p.flops_per_step / p.step_s / (peak * (cl.device.cpu ? cl.nodes : world));
@@ -216,9 +287,9 @@ std::vector<Prediction> search(const Recipe& r, const Cluster& cl) {
       const int dp = world / (tp * pp);
       for (int mb = 1; mb <= global / dp; ++mb) {
         if (global % (mb * dp)) continue;
-        for (int zero : {0, 1})
+        for (int zero : {0, 1, 2, 3})
          for (const char* rc : {"none", "selective", "full"}) {
-          if (zero == 1 && dp == 1) continue;
+          if (zero >= 1 && dp == 1) continue;
           Recipe c = r;
           c.parallel.tp = tp;
           c.parallel.pp = pp;
@@ -258,11 +329,11 @@ std::string format_prediction(const Recipe& r, const Cluster& c, const Predictio
   const MemoryBreakdown& m = p.memory;
   std::snprintf(b, sizeof b,
                 "memory per rank (largest: pipeline stage %d, %d micro-batch(es) in flight), MB:\n"
-                "  parameters %.1f | gradients %.1f | optimizer state %.1f | activations %.1f | comm buffers %.1f | "
-                "workspace %.1f | host staging %.1f | runtime %.1f\n"
+                "  parameters %.1f | gradients %.1f | optimizer state %.1f (host %.1f) | activations %.1f | comm "
+                "buffers %.1f | workspace %.1f | host staging %.1f | runtime %.1f\n"
                 "  total %.1f MB of %.1f GB per %s: %s\n",
-                m.stage, m.in_flight, m.params, m.grads, m.optimizer, m.activations, m.comm_buffers, m.workspace,
-                m.staging, m.runtime, m.total(), c.device.memory_gb, c.device.cpu ? "node" : "device",
+                m.stage, m.in_flight, m.params, m.grads, m.optimizer, m.optimizer_host, m.activations, m.comm_buffers,
+                m.workspace, m.staging, m.runtime, m.total(), c.device.memory_gb, c.device.cpu ? "node" : "device",
                 p.fits ? "fits" : "DOES NOT FIT");
   os << b;
   std::snprintf(b, sizeof b,

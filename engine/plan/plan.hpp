@@ -40,7 +40,12 @@ struct MemoryBreakdown {  // MB, one rank (the largest over pipeline stages)
   int stage = 0, in_flight = 1;
   double params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0, workspace = 0, staging = 0,
          runtime = 0;
-  double total() const { return params + grads + optimizer + activations + comm_buffers + workspace + staging + runtime; }
+  double optimizer_host = 0;  // optim.offload: master, moments and gradient copy in host memory
+  bool host_is_device = false;  // CPU: host memory is the device's
+  double total() const {
+    return params + grads + optimizer + activations + comm_buffers + workspace + staging + runtime +
+           (host_is_device ? optimizer_host : 0);
+  }
 };
 
 struct Prediction {

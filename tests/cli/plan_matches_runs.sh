@@ -13,26 +13,29 @@ layouts=("1 tp=1 pp=1 zero=0 none fp32" "2 tp=1 pp=1 zero=0 none fp32" "2 tp=1 p
          "2 tp=2 pp=1 zero=0 none fp32" "2 tp=1 pp=2 zero=0 none fp32" "4 tp=2 pp=1 zero=1 none fp32"
          "1 tp=1 pp=1 zero=0 selective fp32" "2 tp=1 pp=2 zero=0 full fp32"
          "1 tp=1 pp=1 zero=0 none bf16" "2 tp=2 pp=1 zero=1 none bf16" "2 tp=1 pp=2 zero=0 selective bf16"
-         "1 tp=1 pp=1 zero=0 none fp16")
+         "1 tp=1 pp=1 zero=0 none fp16"
+         "2 tp=1 pp=1 zero=2 none fp32" "2 tp=1 pp=1 zero=3 none fp32" "2 tp=1 pp=1 zero=3 none bf16"
+         "2 tp=1 pp=2 zero=3 none fp32" "2 tp=1 pp=1 zero=3 none fp32 offload.cpu")
 printf "%-34s %12s %12s %8s %12s %12s\n" layout "pred MB" "meas MB" "err %" "pred ms" "meas ms" | tee "$WORK/table"
 for l in "${layouts[@]}"; do
-  read -r np tp pp zero rc prec <<< "$l"
+  read -r np tp pp zero rc prec offload <<< "$l"
   sets=(--set parallel.${tp} --set parallel.${pp} --set parallel.${zero} --set train.recompute=$rc
-        --set train.precision=$prec)
+        --set train.precision=$prec --set optim.offload="${offload#offload.}")
+  [ -n "$offload" ] || sets[-1]=optim.offload=none
   plan=$("$LOOM" plan configs/tiny.yaml "${model[@]}" "${sets[@]}" --nodes 1 --gpus-per-node "$np" --gpu cpu)
   pred_mb=$(echo "$plan" | sed -n 's/^  total \([0-9.]*\) MB.*/\1/p')
   pred_ms=$(echo "$plan" | sed -n 's/^predicted: \([0-9.]*\) ms.*/\1/p')
   threads=$(( np == 1 ? 2 : 1 ))
   OMP_NUM_THREADS=$threads mpi -np "$np" "$LOOM" train configs/tiny.yaml "${model[@]}" "${sets[@]}" \
-    --set log.dir="$WORK/run_$np$tp$pp$zero$rc$prec" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "$l: training failed"; }
-  read -r meas_mb meas_ms < <(python3 - "$WORK/run_$np$tp$pp$zero$rc$prec/metrics.jsonl" <<'PY'
+    --set log.dir="$WORK/run_$np$tp$pp$zero$rc$prec$offload" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "$l: training failed"; }
+  read -r meas_mb meas_ms < <(python3 - "$WORK/run_$np$tp$pp$zero$rc$prec$offload/metrics.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(max(r["peak_rss_mb"] for r in rows), statistics.median(r["step_ms"] for r in rows[1:]))
 PY
 )
   err=$(python3 -c "print(round(100 * abs($pred_mb - $meas_mb) / $meas_mb, 1))")
-  printf "%-34s %12.1f %12.1f %8s %12.1f %12.1f\n" "ranks $np $tp $pp $zero $rc $prec" "$pred_mb" "$meas_mb" "$err" "$pred_ms" "$meas_ms" |
+  printf "%-34s %12.1f %12.1f %8s %12.1f %12.1f\n" "ranks $np $tp $pp $zero $rc $prec $offload" "$pred_mb" "$meas_mb" "$err" "$pred_ms" "$meas_ms" |
     tee -a "$WORK/table"
   python3 -c "import sys; sys.exit(0 if $err <= 10 else 1)" || fail "$l: predicted memory $pred_mb MB is $err% off the measured $meas_mb MB"
 done
