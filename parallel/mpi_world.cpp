@@ -1,5 +1,6 @@
 #include "parallel/mpi_world.hpp"
 
+#include "parallel/bounded_abort.hpp"
 #include "parallel/mpi_communicator.hpp"
 
 #include <unistd.h>
@@ -66,8 +67,7 @@ std::string MpiWorld::agree_on_error(const std::string& local_error) const {
 void MpiWorld::abort(const std::string& what, int code) const {
   std::fprintf(stderr, "loom: rank %d (%s): %s\n", rank_, hostname().c_str(), what.c_str());
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);  // MPI_Abort does not return; this is for the compiler and for broken MPIs
+  abort_job(code);
 }
 
 }  // namespace loom::parallel

@@ -1,10 +1,14 @@
 #include "parallel/watchdog.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "parallel/bounded_abort.hpp"
 #include "parallel/watchdog_state.hpp"
 
 namespace loom::parallel {
@@ -21,14 +25,59 @@ using namespace watchdog_detail;
 
 namespace {
 
-[[noreturn]] void abort_job(int code) {
-  // MPI_Abort should not return, nor hang; if it does either, exit anyway after a while.
-  std::thread([code] {
-    std::this_thread::sleep_for(std::chrono::seconds(20));
-    std::_Exit(code);
-  }).detach();
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
+const char* signal_text(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
+    default: return "a stop signal";
+  }
+}
+
+// A stop signal (preemption, a time limit, srun --kill-on-bad-exit or mpirun ending the job
+// after another rank died) asks for a save at the next step boundary. While this rank is blocked
+// in a communication call that boundary only comes if every rank is alive: so once a signal has
+// arrived and a call has been open for kSignalProbeS, ask every rank, and if one does not answer
+// (dead, or stopped) the step cannot complete: abort now rather than wait for parallel.timeout_s
+// or the launcher's SIGKILL. A healthy job answers within milliseconds and goes on to its save.
+constexpr double kSignalProbeS = 1.0, kSignalAnswerS = 2.0, kSignalReprobeS = 3.0;
+
+struct SignalWatch {
+  int64_t seen_ns = 0;       // when the checker first saw the signal
+  int64_t next_probe_ns = 0;
+};
+
+void check_signal(State& s, SignalWatch& w, int64_t now) {
+  auto probe = s.stop_probe.load();
+  const int sig = probe ? probe() : 0;
+  if (!sig) return;
+  if (!w.seen_ns) w.seen_ns = now;
+  const Slot* longest = nullptr;
+  int64_t longest_since = 0;
+  for (const Slot& slot : s.slots) {
+    const int64_t since = slot.since_ns.load(std::memory_order_acquire);
+    if (!slot.used.load(std::memory_order_acquire) || since == 0) continue;
+    if (!longest || since < longest_since) longest = &slot, longest_since = since;
+  }
+  const int64_t probe_after = int64_t(kSignalProbeS * 1e9);
+  if (!longest || now - longest_since < probe_after || now - w.seen_ns < probe_after || now < w.next_probe_ns) return;
+  const Call call{longest->op, longest->group, longest->channel, longest->seq, longest->collective};
+  const Census census = ask_everyone(s, kSignalAnswerS);
+  w.next_probe_ns = now_ns() + int64_t(kSignalReprobeS * 1e9);
+  const std::vector<int> silent = census.silent();
+  if (silent.empty()) return;  // everyone is alive: the step can complete, the save follows
+  std::string names;
+  for (size_t i = 0; i < silent.size(); ++i) names += (i ? ", " : "") + rank_name(s, silent[i]);
+  const int64_t step = s.step.load();
+  const std::string where = step >= 0 ? "training step " + std::to_string(step + 1) : "outside the training loop";
+  std::fprintf(stderr,
+               "loom: error: rank %s: %s arrived while this rank was blocked in %s on the %s group (%s); ranks that "
+               "did not answer within %g s (dead, or the whole process stuck): %s. The step cannot complete, so "
+               "nothing can be saved: aborting the job.\n",
+               rank_name(s, s.rank).c_str(), signal_text(sig), call.op, call.group, where.c_str(), kSignalAnswerS,
+               names.c_str());
+  std::fflush(stderr);
+  abort_job(3);
 }
 
 void check_loop() {
@@ -36,10 +85,12 @@ void check_loop() {
   // Short ticks: this thread also answers the other ranks' watchdogs.
   const auto period = std::chrono::duration<double>(std::min(0.1, s.timeout_s / 4));
   const double wait_s = std::clamp(s.timeout_s / 4, 2.0, 10.0);
+  SignalWatch signal_watch;
   std::unique_lock<std::mutex> lk(s.mu);
   while (!s.cv.wait_for(lk, period, [&] { return s.stopping; })) {
     serve(s);
     const int64_t now = now_ns();
+    check_signal(s, signal_watch, now);
     for (Slot& slot : s.slots) {
       if (!slot.used.load(std::memory_order_acquire)) continue;
       const int64_t since = slot.since_ns.load(std::memory_order_acquire);
@@ -53,15 +104,15 @@ void check_loop() {
       // block. A backstop ends the process however that goes.
       const int rank = s.rank;
       std::thread([rank, wait_s] {
-        std::this_thread::sleep_for(std::chrono::duration<double>(wait_s + 20));
+        std::this_thread::sleep_for(std::chrono::duration<double>(wait_s + 2 * kAbortDeadlineS));
         std::fprintf(stderr, "loom: error: rank %d: the watchdog could not abort the job through MPI; exiting\n", rank);
         std::_Exit(3);
       }).detach();
       const std::string who = who_is_missing(s, copy_of_slot, wait_s);
       std::fprintf(stderr,
-                   "loom: error: rank %d: %s on the %s group has not completed after %.0f s (%s)%s. Aborting the "
+                   "loom: error: rank %s: %s on the %s group has not completed after %.0f s (%s)%s. Aborting the "
                    "job (parallel.timeout_s = %g).\n",
-                   s.rank, copy_of_slot.op, copy_of_slot.group, waited, where.c_str(), who.c_str(), s.timeout_s);
+                   rank_name(s, s.rank).c_str(), copy_of_slot.op, copy_of_slot.group, waited, where.c_str(), who.c_str(), s.timeout_s);
       std::fflush(stderr);
       abort_job(3);
     }
@@ -81,6 +132,19 @@ void Watchdog::start(double timeout_s, int world_rank) {
   MPI_Query_thread(&level);
   if (s.side == MPI_COMM_NULL && level == MPI_THREAD_MULTIPLE && MPI_Comm_dup(MPI_COMM_WORLD, &s.side) == MPI_SUCCESS)
     MPI_Comm_set_errhandler(s.side, MPI_ERRORS_RETURN);  // kept until MPI_Finalize: freeing it is collective
+  // Every rank's host, so that a message names the node of a rank that cannot answer any more.
+  constexpr int kHost = 64;
+  char mine[kHost] = {0};
+  gethostname(mine, kHost - 1);
+  std::vector<char> all(size_t(s.world) * kHost, 0);
+  if (s.side != MPI_COMM_NULL &&
+      MPI_Allgather(mine, kHost, MPI_CHAR, all.data(), kHost, MPI_CHAR, s.side) == MPI_SUCCESS) {
+    s.hosts.clear();
+    for (int r = 0; r < s.world; ++r) s.hosts.emplace_back(all.data() + size_t(r) * kHost);
+  } else {
+    s.hosts.assign(size_t(s.world), "");
+    s.hosts[size_t(world_rank)] = mine;
+  }
   s.stopping = false;
   s.on.store(true);
   s.checker = std::thread(check_loop);
@@ -99,6 +163,8 @@ void Watchdog::stop() {
 }
 
 void Watchdog::set_step(int64_t step) { state().step.store(step); }
+
+void Watchdog::set_stop_probe(int (*probe)()) { state().stop_probe.store(probe); }
 
 int Watchdog::register_channel(const char* group, const std::vector<int>& members) {
   State& s = state();

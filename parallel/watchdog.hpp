@@ -15,7 +15,9 @@
 // start(), used only by the watchdog threads, which answer each other without involving the main
 // threads): each answers with its count, its training step and the communication call it is in,
 // if any. A rank that does not answer within a few seconds (killed, or its whole process stuck)
-// is named as unresponsive. The question and the wait are bounded; then the job is aborted.
+// is named as unresponsive. The question and the wait are bounded; then the job is aborted
+// (bounded_abort.hpp: the rank ends itself if MPI_Abort does not end it promptly). Every rank is
+// named with its host ("3 on node7"): the hosts are gathered when the watchdog starts.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +33,13 @@ class Watchdog {
   static void stop();
   // The training step now running, for the message (-1: not in the training loop).
   static void set_step(int64_t step);
+  // `probe` returns the stop signal this process has received (0: none; it is read from the
+  // watchdog's thread, so it must be safe to call from any thread). Once one has arrived and a
+  // communication call stays blocked for a second, the watchdog asks every rank whether it is
+  // alive and, if one is not, aborts the job at once: the step cannot complete, so the save the
+  // signal asked for cannot happen, and waiting for parallel.timeout_s or the launcher's SIGKILL
+  // only delays the end. nullptr: off.
+  static void set_stop_probe(int (*probe)());
 
   // A communicator's channel: `group` names it in messages ("tensor-parallel"; must outlive the
   // channel), `members` are the world ranks of the communicator in its rank order. The same

@@ -99,6 +99,54 @@ void serve(State& s) {
 // which members of the timed-out call's group have not reached it, which rank(s) the waiting
 // ranks are waiting for at the root (not in any communication call themselves), and which ranks
 // did not answer.
+std::string rank_name(const State& s, int rank) {
+  const bool known = rank >= 0 && size_t(rank) < s.hosts.size() && !s.hosts[size_t(rank)].empty();
+  return std::to_string(rank) + (known ? " on " + s.hosts[size_t(rank)] : "");
+}
+
+std::vector<int> Census::silent() const {
+  std::vector<int> out;
+  for (size_t r = 0; r < got.size(); ++r)
+    if (!got[r]) out.push_back(int(r));
+  return out;
+}
+
+Census ask_everyone(State& s, double wait_s) {
+  Census c;
+  // Heap, never freed: a send to a dead rank may still be pending, or an answer land, after we
+  // give up waiting.
+  static Query query;
+  query.from = s.rank;
+  auto* answers = new std::vector<Answer>(size_t(s.world));
+  auto* recvs = new std::vector<MPI_Request>(size_t(s.world), MPI_REQUEST_NULL);
+  c.answers = answers;
+  c.got.assign(size_t(s.world), 0);
+  (*answers)[size_t(s.rank)] = describe_self(s);
+  c.got[size_t(s.rank)] = 1;
+  if (s.side == MPI_COMM_NULL) return c;
+  for (int r = 0; r < s.world; ++r) {
+    if (r == s.rank) continue;
+    MPI_Irecv(&(*answers)[size_t(r)], int(sizeof(Answer)), MPI_BYTE, r, kAnswerTag, s.side, &(*recvs)[size_t(r)]);
+    MPI_Request q = MPI_REQUEST_NULL;
+    if (MPI_Isend(&query, int(sizeof query), MPI_BYTE, r, kQueryTag, s.side, &q) == MPI_SUCCESS) MPI_Request_free(&q);
+  }
+  const int64_t deadline = now_ns() + int64_t(wait_s * 1e9);
+  for (;;) {
+    serve(s);  // the others may be asking us at the same moment
+    int n = 0;
+    for (int r = 0; r < s.world; ++r) {
+      if (!c.got[size_t(r)] && (*recvs)[size_t(r)] != MPI_REQUEST_NULL) {
+        int done = 0;
+        if (MPI_Test(&(*recvs)[size_t(r)], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) c.got[size_t(r)] = 1;
+      }
+      n += c.got[size_t(r)];
+    }
+    if (n == s.world || now_ns() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return c;
+}
+
 std::string who_is_missing(State& s, const Call& call, double wait_s) {
   if (s.side == MPI_COMM_NULL) return "; a peer rank is dead, stuck or far behind";
   std::vector<int> members;
@@ -111,37 +159,10 @@ std::string who_is_missing(State& s, const Call& call, double wait_s) {
     }
   }
   const bool by_count = !key.empty() && call.collective;
-  // Heap, never freed: a send to a dead rank may still be pending, or an answer land, after we
-  // give up waiting (the job is aborted right after).
-  static Query query;
-  query.from = s.rank;
-  auto* answers = new std::vector<Answer>(size_t(s.world));
-  auto* recvs = new std::vector<MPI_Request>(size_t(s.world), MPI_REQUEST_NULL);
-  std::vector<char> got(size_t(s.world), 0);
-  for (int r = 0; r < s.world; ++r) {
-    if (r == s.rank) continue;
-    MPI_Irecv(&(*answers)[size_t(r)], int(sizeof(Answer)), MPI_BYTE, r, kAnswerTag, s.side, &(*recvs)[size_t(r)]);
-    MPI_Request q = MPI_REQUEST_NULL;
-    if (MPI_Isend(&query, int(sizeof query), MPI_BYTE, r, kQueryTag, s.side, &q) == MPI_SUCCESS) MPI_Request_free(&q);
-  }
-  (*answers)[size_t(s.rank)] = describe_self(s);
-  got[size_t(s.rank)] = 1;
-  const int64_t deadline = now_ns() + int64_t(wait_s * 1e9);
-  for (;;) {
-    serve(s);  // the others may be asking us at the same moment
-    int n = 0;
-    for (int r = 0; r < s.world; ++r) {
-      if (!got[size_t(r)] && (*recvs)[size_t(r)] != MPI_REQUEST_NULL) {
-        int done = 0;
-        if (MPI_Test(&(*recvs)[size_t(r)], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) got[size_t(r)] = 1;
-      }
-      n += got[size_t(r)];
-    }
-    if (n == s.world || now_ns() > deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  const auto& A = *answers;
-  auto text = [&](int r) { return std::to_string(r) + " (" + describe(A[size_t(r)]) + ")"; };
+  const Census census = ask_everyone(s, wait_s);
+  const std::vector<char>& got = census.got;
+  const auto& A = *census.answers;
+  auto text = [&](int r) { return rank_name(s, r) + " (" + describe(A[size_t(r)]) + ")"; };
   std::vector<std::string> direct, roots, silent, others;
   std::vector<char> named(size_t(s.world), 0);
   if (by_count) {
@@ -170,7 +191,7 @@ std::string who_is_missing(State& s, const Call& call, double wait_s) {
   }
   for (int r = 0; r < s.world; ++r) {
     if (root[size_t(r)] && !named[size_t(r)]) roots.push_back(text(r));
-    if (!got[size_t(r)]) silent.push_back(std::to_string(r));
+    if (!got[size_t(r)]) silent.push_back(rank_name(s, r));
   }
   std::string out;
   if (by_count) {

@@ -90,6 +90,8 @@ struct State {
   double timeout_s = 0;
   int rank = 0, world = 1;
   MPI_Comm side = MPI_COMM_NULL;  // duplicate of MPI_COMM_WORLD for the watchdog threads only
+  std::vector<std::string> hosts;  // every world rank's host name (gathered by start())
+  std::atomic<int (*)()> stop_probe{nullptr};  // the stop signal received (0: none); set_stop_probe
   std::deque<std::pair<MPI_Request, std::unique_ptr<Answer>>> sending;  // checker thread only
   std::thread checker;
   std::mutex mu;
@@ -98,6 +100,19 @@ struct State {
 };
 // The one State of this process (defined in watchdog.cpp).
 State& state();
+
+// "R on HOST": how messages name a rank (the host from start()'s gathering, when known).
+std::string rank_name(const State& s, int rank);
+
+// Every rank's answer to "where are you?", asked over the side channel for at most `wait_s`.
+// `answers` lives on the heap and is never freed: a late answer may still land in it after the
+// asker gave up (the asker aborts soon after, or asks again with fresh buffers).
+struct Census {
+  const std::vector<Answer>* answers = nullptr;
+  std::vector<char> got;  // per world rank: answered (this rank always has)
+  std::vector<int> silent() const;
+};
+Census ask_everyone(State& s, double wait_s);
 
 // Where this rank is: what it answers to a query (and what the asker knows of itself).
 Answer describe_self(State& s);

@@ -227,6 +227,8 @@ TrainSummary Trainer::run() {
   double max_save_s = 0;  // the longest save so far: the room train.max_minutes leaves for the last one
   // From here every blocking communication call is watched (parallel.timeout_s).
   parallel::Watchdog::start(r_.parallel.timeout_s, rank_);
+  // A stop signal while blocked in a call that a dead rank will never complete aborts at once.
+  parallel::Watchdog::set_stop_probe(&stop_signal);
   const int64_t start = resumed_.steps_done, trace_from = start + 1, trace_to = trace_end();
   for (int64_t step = start; step < r_.train.steps; ++step) {
     parallel::Watchdog::set_step(step);

@@ -6,7 +6,11 @@
 #     the one that has not reached the call (or, for a rank waiting on another waiting rank, as
 #     the root of the wait); the job aborts;
 #  3. one rank's whole process stopped (SIGSTOP: its watchdog cannot answer either): the others
-#     name it as not answering, within a bounded wait, and the job aborts.
+#     name it as not answering, within a bounded wait, and the job aborts;
+#  4. SIGTERM to a rank blocked in a collective that a stopped rank will never complete: it asks
+#     the others, names the stopped rank and aborts within seconds, long before
+#     parallel.timeout_s (the save the signal asks for cannot happen).
+# Every rank is named with its host: "1 on HOST".
 source "$(dirname "$0")/../cli/common.sh"
 corpus
 cd "$SRC"
@@ -54,13 +58,13 @@ elapsed=$(( $(date +%s) - t0 ))
 [ "$rc" != 0 ] || fail "sleep: the job exited 0"
 [ "$elapsed" -le $(( timeout_s + 45 )) ] || fail "sleep: the job took ${elapsed}s to end"
 grep -q "rank 1: LOOM_FAULT: sleeping" "$WORK/s.out" || { cat "$WORK/s.out"; fail "sleep: the fault did not happen"; }
-grep -q "loom: error: rank [0-9]*: .* on the [a-z-]* group has not completed after [0-9]* s (training step 3)" "$WORK/s.out" ||
+grep -q "loom: error: rank [0-9]* on [^ ]*: .* on the [a-z-]* group has not completed after [0-9]* s (training step 3)" "$WORK/s.out" ||
   { cat "$WORK/s.out"; fail "sleep: no watchdog message naming the rank, call, group and step"; }
 # Every watchdog message names rank 1 (asleep, outside any communication call) as the rank that
 # has not reached the call or as the root of the wait.
 grep "has not completed after" "$WORK/s.out" > "$WORK/s.msgs" || true
 while read -r line; do
-  echo "$line" | grep -q "\(ranks that have not reached it\|at the root of the wait\): \(.*, \)\?1 (in no communication call, training step 3)" ||
+  echo "$line" | grep -q "\(ranks that have not reached it\|at the root of the wait\): \(.*, \)\?1 on [^ ]* (in no communication call, training step 3)" ||
     { cat "$WORK/s.out"; fail "sleep: a watchdog message does not name the stuck rank 1: $line"; }
 done < "$WORK/s.msgs"
 [ -s "$WORK/s.msgs" ] || { cat "$WORK/s.out"; fail "sleep: no watchdog message"; }
@@ -85,10 +89,36 @@ set +e; wait "$job"; rc=$?; set -e
 elapsed=$(( $(date +%s) - t0 ))
 [ "$rc" != 0 ] || fail "stop: the job exited 0"
 [ "$elapsed" -le $(( timeout_s + 45 )) ] || fail "stop: the job took ${elapsed}s to end"
-grep -q "has not completed after [0-9]* s (training step [0-9]*);.* ranks that did not answer within [0-9.]* s (dead, or the whole process stuck): \([0-9, ]*, \)\?1\. Aborting" "$WORK/t.out" ||
+grep -q "has not completed after [0-9]* s (training step [0-9]*);.* ranks that did not answer within [0-9.]* s (dead, or the whole process stuck): \(.*, \)\?1 on [^ ]*\. Aborting" "$WORK/t.out" ||
   { cat "$WORK/t.out"; fail "stop: no watchdog message names rank 1 as not answering"; }
 sleep 2
 left=$(ranks_of "$WORK/t")
 [ -z "$left" ] || { kill -9 $left; fail "stop: ranks still running after the job ended"; }
 echo "stopped rank: job ended in ${elapsed}s, status $rc: $(grep "has not completed" "$WORK/t.out" | head -1)"
+
+# 4. SIGTERM while blocked behind a stopped rank.
+rank_pid() {  # PIDS RANK -> the pid with OMPI_COMM_WORLD_RANK=RANK
+  for p in $1; do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then echo "$p"; fi
+  done
+}
+start_job g signal
+pids=$(ranks_of "$WORK/g")
+stopped=$(rank_pid "$pids" 1)
+signalled=$(rank_pid "$pids" 0)
+[ -n "$stopped" ] && [ -n "$signalled" ] || { kill -9 $pids; fail "signal: ranks 0 and 1 not found among $pids"; }
+kill -STOP "$stopped"
+sleep 1
+t0=$(date +%s)
+kill -TERM "$signalled"
+set +e; wait "$job"; rc=$?; set -e
+elapsed=$(( $(date +%s) - t0 ))
+[ "$rc" != 0 ] || fail "signal: the job exited 0"
+[ "$elapsed" -lt "$timeout_s" ] || { cat "$WORK/g.out"; fail "signal: the job took ${elapsed}s to end (parallel.timeout_s = $timeout_s): the signal did not cut the wait short"; }
+grep -q "loom: error: rank 0 on [^ ]*: SIGTERM arrived while this rank was blocked in .* ranks that did not answer within [0-9.]* s (dead, or the whole process stuck): \(.*, \)\?1 on [^ ]*\. The step cannot complete" "$WORK/g.out" ||
+  { cat "$WORK/g.out"; fail "signal: no message from rank 0 naming the stopped rank 1"; }
+sleep 2
+left=$(ranks_of "$WORK/g")
+[ -z "$left" ] || { kill -9 $left; fail "signal: ranks still running after the job ended"; }
+echo "SIGTERM behind a stopped rank: job ended in ${elapsed}s, status $rc"
 echo PASS
