@@ -34,6 +34,9 @@ loom_setup() {
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-^lo,docker0}  # bootstrap: any interface but these
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}        # INFO shows the rings/trees and the transport chosen
   export NCCL_ASYNC_ERROR_HANDLING=${NCCL_ASYNC_ERROR_HANDLING:-1}
+  # Open MPI's out-of-band keepalive (mpirun <-> orted): a dead node or link ends the job in
+  # seconds, not the ~8 minutes of Open MPI's defaults (scripts/mpi_env.sh, docs/multinode.md).
+  source "$(dirname "${BASH_SOURCE[0]}")/../scripts/mpi_env.sh"
   # One OpenMP thread per core the rank owns (the CPU backend; the CUDA one needs few).
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
   export OMP_PROC_BIND=${OMP_PROC_BIND:-close}

@@ -10,6 +10,8 @@
 #  4. SIGTERM to a rank blocked in a collective that a stopped rank will never complete: it asks
 #     the others, names the stopped rank and aborts within seconds, long before
 #     parallel.timeout_s (the save the signal asks for cannot happen).
+#  5. MPI_Abort itself hanging (Open MPI's mpi_abort_delay = -1, what a PMIx abort that cannot
+#     reach srun looks like): the aborting rank ends itself after its deadline (bounded_abort.hpp).
 # Every rank is named with its host: "1 on HOST".
 source "$(dirname "$0")/../cli/common.sh"
 corpus
@@ -121,4 +123,17 @@ sleep 2
 left=$(ranks_of "$WORK/g")
 [ -z "$left" ] || { kill -9 $left; fail "signal: ranks still running after the job ended"; }
 echo "SIGTERM behind a stopped rank: job ended in ${elapsed}s, status $rc"
+
+# 5. A hanging MPI_Abort: watchdog after 5 s, its question (<= 2 s), the abort deadline (5 s).
+t0=$(date +%s)
+set +e
+LOOM_FAULT=sleep@1:3:600 "$MPIEXEC" --oversubscribe --bind-to none --mca mpi_abort_delay -1 -x LOOM_FAULT -np 2 "$LOOM" \
+  train configs/tiny.yaml "${args[@]}" --set parallel.tp=1 --set parallel.timeout_s=5 --set log.dir="$WORK/a" \
+  > "$WORK/a.out" 2>&1; rc=$?
+set -e
+elapsed=$(( $(date +%s) - t0 ))
+[ "$rc" = 3 ] || { cat "$WORK/a.out"; fail "abort: status $rc, expected 3"; }
+grep -q "MPI_Abort did not end this rank in time; exiting" "$WORK/a.out" || { cat "$WORK/a.out"; fail "abort: the deadline did not end the rank"; }
+[ "$elapsed" -le 20 ] || fail "abort: the job took ${elapsed}s to end (5 s timeout + 2 s question + 5 s deadline)"
+echo "hanging MPI_Abort: job ended in ${elapsed}s, status $rc"
 echo PASS
