@@ -9,18 +9,43 @@
 //
 // Dtypes: fp32 as MPI_FLOAT, int32 as MPI_INT32_T; bf16 and fp16 move as 2-byte elements and
 // are reduced as set_half_reduce says (user-defined MPI ops, or through an fp32 scratch).
+//
+// all_reduce and iall_reduce run one of several algorithms (AllReduceAlgo, set_all_reduce_algo):
+// MPI_Allreduce, the pipelined ring (ring_allreduce.hpp) or the hierarchical one
+// (hierarchical_allreduce.hpp). The other collectives are always MPI's.
 #include <mpi.h>
 
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "parallel/communicator.hpp"
+#include "parallel/hierarchical_allreduce.hpp"
 #include "parallel/mpi_half_reduce.hpp"
+#include "parallel/ring_allreduce.hpp"
 
 namespace loom::parallel {
+
+// Which all-reduce a MpiCommunicator runs. Auto: MPI_Allreduce below kRingMinBytes, the ring at
+// and above it, decided by the message's bytes and the group's size only, never by where the
+// ranks are placed, so that one layout gives bitwise the same sums on one host and across nodes.
+// Hierarchical is never chosen by Auto (it depends on the placement by construction).
+enum class AllReduceAlgo { Auto, Mpi, Ring, Hierarchical };
+// "auto" | "mpi" | "ring" | "hierarchical"; parse throws std::invalid_argument on anything else.
+const char* all_reduce_algo_name(AllReduceAlgo a);
+AllReduceAlgo parse_all_reduce_algo(const std::string& s);
+
+// Auto's crossover. `loom bench comm` between network namespaces, 1 rank per node, min of 3 runs
+// (docs/parallelism.md has the table): over 1 Gbit the ring's busbw is ~0.11 GB/s from 1 MiB up
+// where MPI_Allreduce gives ~0.055-0.06; below ~256 KiB MPI's latency-bound algorithms win (the
+// ring pays 2(p-1) message latencies). Over shared memory (one host) ring and MPI are within noise
+// above 1 MiB. So: MPI below 1 MiB, the ring from 1 MiB, for every group of 2 or more ranks.
+constexpr size_t kRingMinBytes = size_t(1) << 20;
+// What Auto runs for a message of `bytes` over `group_size` ranks: Mpi or Ring.
+AllReduceAlgo auto_all_reduce_algo(size_t bytes, int group_size);
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -53,12 +78,41 @@ class MpiCommunicator final : public Communicator {
   void set_half_reduce(HalfReduce h) { half_reduce_ = h; }
   HalfReduce half_reduce() const { return half_reduce_; }
 
+  // The all-reduce algorithm (Auto unless set). Like set_half_reduce: every rank of the group
+  // must set the same, and it applies to calls made (i* calls: posted) after it.
+  void set_all_reduce_algo(AllReduceAlgo a) { algo_ = a; }
+  AllReduceAlgo all_reduce_algo() const { return algo_; }
+  // What all_reduce of n elements of dtype t runs now: Mpi, Ring or Hierarchical (Auto resolved).
+  AllReduceAlgo resolved_all_reduce_algo(size_t n, DType t) const;
+  // Hierarchical's nodes: 0 (default) the real ones (MPI_COMM_TYPE_SHARED); k > 0 pretends that
+  // group ranks [j k, (j+1) k) share node j, so tests on one host get several "nodes". Every rank
+  // must set the same. The node and leader communicators are split collectively by the first
+  // hierarchical all-reduce after a change (every rank reaches it: the call is collective).
+  void set_ranks_per_node(int k) { ranks_per_node_ = k; }
+  int ranks_per_node() const { return ranks_per_node_; }
+  // The ring's segment size and segments in flight (default_ring_options()); same on every rank.
+  void set_ring_options(RingOptions o) { ring_ = o; }
+
   // Scalars in double, reduced in rank order so every rank gets the bitwise-same sum.
   double sum_ordered(double local);
 
  private:
   RequestPtr post(std::function<void(MPI_Comm)> op);
-  void do_all_reduce(MPI_Comm c, TypedPtr buf, size_t n, ReduceOp op, HalfReduce how) const;
+  // How one all_reduce runs, captured when it is issued (i* calls run later on the worker).
+  struct AllReduceHow {
+    HalfReduce half;
+    AllReduceAlgo algo;  // resolved: Mpi, Ring or Hierarchical
+    int ranks_per_node;
+    RingOptions ring;
+  };
+  // The communicators of one thread: comm_ for blocking calls, worker_comm_ for the worker's.
+  struct Lane {
+    MPI_Comm comm = MPI_COMM_NULL;  // MPI's collectives
+    MPI_Comm ring = MPI_COMM_NULL;  // a duplicate carrying only the ring's messages
+    std::unique_ptr<NodeSplit> split;  // hierarchical's, split from `ring` on first use
+  };
+  AllReduceHow how_now(size_t n, DType t) const;
+  void do_all_reduce(Lane& lane, TypedPtr buf, size_t n, ReduceOp op, const AllReduceHow& how) const;
   void do_reduce_scatter(MPI_Comm c, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
                          HalfReduce how) const;
   void worker_loop();
@@ -69,6 +123,10 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   HalfOps half_ops_;
   HalfReduce half_reduce_ = kDefaultHalfReduce;
+  AllReduceAlgo algo_ = AllReduceAlgo::Auto;
+  int ranks_per_node_ = 0;
+  RingOptions ring_ = default_ring_options();
+  Lane lane_, worker_lane_;  // lane_.comm is comm_, worker_lane_.comm is worker_comm_
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
