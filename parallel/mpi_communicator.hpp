@@ -38,12 +38,20 @@ enum class AllReduceAlgo { Auto, Mpi, Ring, Hierarchical };
 const char* all_reduce_algo_name(AllReduceAlgo a);
 AllReduceAlgo parse_all_reduce_algo(const std::string& s);
 
-// Auto's crossover. `loom bench comm` between network namespaces, 1 rank per node, min of 3 runs
-// (docs/parallelism.md has the table): over 1 Gbit the ring's busbw is ~0.11 GB/s from 1 MiB up
-// where MPI_Allreduce gives ~0.055-0.06; below ~256 KiB MPI's latency-bound algorithms win (the
-// ring pays 2(p-1) message latencies). Over shared memory (one host) ring and MPI are within noise
-// above 1 MiB. So: MPI below 1 MiB, the ring from 1 MiB, for every group of 2 or more ranks.
-constexpr size_t kRingMinBytes = size_t(1) << 20;
+// Auto's crossover: MPI_Allreduce below 4 MiB, the ring from 4 MiB, for every group of 2 or
+// more ranks. From `loom bench comm` between network namespaces (tbf 1 and 10 Gbit, median of 3
+// runs, docs/parallelism.md has the tables), busbw in GB/s, ring against MPI:
+//   1 Gbit, 1 rank per node: the ring is at the link (0.119) from 256 KiB on 2 and 4 nodes; MPI
+//     gets 0.06-0.07 from 1 MiB up. 2 ranks per node: MPI is ahead at 1 MiB on 2 nodes (0.128 vs
+//     0.119), the ring from 4 MiB everywhere (0.119 vs 0.041-0.099).
+//   10 Gbit (CPU-bound on this 2-core machine): 1 MiB is a draw or MPI by up to 8% (2 nodes) and
+//     17-50% (2 ranks per node); from 4 MiB the ring leads on 1 rank per node (1.06-1.14 vs
+//     0.82-1.05; at 64 MiB 0.76-1.16 vs 0.52-0.72), and on 4 nodes x 2; 2 nodes x 2 stays MPI's
+//     up to 16 MiB (0.91 vs 1.19 at 4 MiB, 0.76 vs 0.81 at 16 MiB; 4 ranks on 2 cores).
+// 4 MiB rather than 256 KiB-1 MiB: Auto is then never slower than MPI on any 1-rank-per-node
+// measurement; the cost is the ring's 1.7x at 1 Gbit for 256 KiB-4 MiB messages (ask for
+// parallel.allreduce: ring). Gradient buckets (parallel.bucket_mb 25) are above it.
+constexpr size_t kRingMinBytes = size_t(4) << 20;
 // What Auto runs for a message of `bytes` over `group_size` ranks: Mpi or Ring.
 AllReduceAlgo auto_all_reduce_algo(size_t bytes, int group_size);
 

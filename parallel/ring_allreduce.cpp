@@ -149,8 +149,16 @@ void ring_core(MPI_Comm comm, char* base, size_t n, DType t, ReduceOp op, const 
 
 }  // namespace
 
-// Defaults, measured with `loom bench comm --algo ring` between network namespaces (2 and 4
-// nodes, tbf 1 and 10 Gbit; docs/parallelism.md): 256 KiB segments, 4 in flight.
+// Defaults: 60 KiB segments, 8 in flight. A segment stays below Open MPI's TCP eager limit
+// (btl_tcp_eager_limit, 64 KiB including its header), so it leaves at once, with no rendezvous.
+// Larger segments go through rendezvous, whose handshake messages queue behind this rank's own
+// outgoing data in the socket buffer (megabytes: tens of ms at 1 Gbit); between 2 nodes, where
+// both directions of one link carry data, that halved the ring. Measured with `loom bench comm
+// --algo ring --segment-kib S --in-flight W`, 16 MB, network namespaces, 1 rank per node:
+//   1 Gbit,  2 nodes: 256 KiB x 4: 54% of the link; 1 MiB x 2..8: 52-68%; 32/60 KiB x 2..16: 95%
+//   1 Gbit,  4 nodes: 60 KiB x 4..8: 95%; 256 KiB x 4..8: 94%
+//   10 Gbit, 2 nodes: 60 KiB x 8: 91-95%; 256 KiB x 4..8: 78-89%; 1 MiB: 58-69%
+//   10 Gbit, 4 nodes: 45-66% whatever the settings (4 ranks on 2 cores: CPU-bound, noisy)
 RingOptions default_ring_options() { return RingOptions{}; }
 
 void combine_into(void* dst, const void* src, size_t n, DType t, ReduceOp op) {

@@ -30,11 +30,11 @@
 
 namespace loom::parallel {
 
-// Segment size and segments in flight, by measurement on 1 and 10 Gbit TCP between network
-// namespaces (see the comment at kDefaultRing in ring_allreduce.cpp).
+// Segment size and segments in flight, by measurement (default_ring_options() in
+// ring_allreduce.cpp says why these).
 struct RingOptions {
-  size_t segment_bytes = size_t(256) << 10;
-  int in_flight = 4;  // receives posted ahead, and sends outstanding, at most (each direction)
+  size_t segment_bytes = size_t(60) << 10;
+  int in_flight = 8;  // receives posted ahead, and sends outstanding, at most (each direction)
 };
 RingOptions default_ring_options();
 

@@ -107,7 +107,7 @@ void sweep(MpiCommunicator& c, const std::string& name) {
   c.set_half_reduce(kDefaultHalfReduce);
   // A few MB at the default segment size, not a multiple of it or of p.
   c.set_ring_options(default_ring_options());
-  run_one(c, name + " big", DType::f32, (size_t(3) << 20) / 4 + 5, ReduceOp::Sum, false);
+  run_one(c, name + " big", DType::f32, (size_t(5) << 20) / 4 + 5, ReduceOp::Sum, false);  // above kRingMinBytes
   run_one(c, name + " big", DType::bf16, (size_t(2) << 20) / 2 + 3, ReduceOp::Sum, true);
   run_one(c, name + " big", DType::f32, (size_t(1) << 20) + 7, ReduceOp::Max, true);
 }
