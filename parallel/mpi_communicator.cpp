@@ -149,6 +149,15 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::m
   }
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  {
+    // The ring's segments suit the transport (ring_allreduce.cpp); the results do not depend on it.
+    MPI_Comm node;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    ring_ = default_ring_options(node_size == size_);
+  }
   // The members' world ranks, so that a timed-out call can name the members that never came.
   std::vector<int> local(static_cast<size_t>(size_)), world(static_cast<size_t>(size_), -1);
   for (int i = 0; i < size_; ++i) local[size_t(i)] = i;

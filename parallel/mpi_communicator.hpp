@@ -98,8 +98,10 @@ class MpiCommunicator final : public Communicator {
   // hierarchical all-reduce after a change (every rank reaches it: the call is collective).
   void set_ranks_per_node(int k) { ranks_per_node_ = k; }
   int ranks_per_node() const { return ranks_per_node_; }
-  // The ring's segment size and segments in flight (default_ring_options()); same on every rank.
+  // The ring's segment size and segments in flight; same on every rank. Default:
+  // default_ring_options(every rank of the group on one node), found in the constructor.
   void set_ring_options(RingOptions o) { ring_ = o; }
+  const RingOptions& ring_options() const { return ring_; }
 
   // Scalars in double, reduced in rank order so every rank gets the bitwise-same sum.
   double sum_ordered(double local);

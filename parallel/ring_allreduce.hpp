@@ -36,7 +36,9 @@ struct RingOptions {
   size_t segment_bytes = size_t(60) << 10;
   int in_flight = 8;  // receives posted ahead, and sends outstanding, at most (each direction)
 };
-RingOptions default_ring_options();
+// The defaults across nodes (the struct's: segments TCP sends eagerly) and, where every rank of
+// the group shares one node, for shared memory (256 KiB x 4). Numerics do not depend on them.
+RingOptions default_ring_options(bool within_one_node = false);
 
 // In place: buf (n elements: fp32, bf16 or fp16) becomes the reduction over `comm`. Collective
 // over `comm`, which must carry nothing else while it runs (its messages use tag 0): give it a

@@ -52,7 +52,7 @@ int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv) {
       if (o.dtype != DType::f32)
         o.note = std::string("reduced via ") + parallel::half_reduce_name(comm.half_reduce());
       comm.set_ranks_per_node(a.ranks_per_node);
-      parallel::RingOptions ring = parallel::default_ring_options();
+      parallel::RingOptions ring = comm.ring_options();
       if (a.segment_kib) ring.segment_bytes = a.segment_kib << 10;
       if (a.in_flight) ring.in_flight = a.in_flight;
       comm.set_ring_options(ring);

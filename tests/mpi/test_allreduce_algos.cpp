@@ -119,11 +119,13 @@ uint64_t fnv(const float* x, size_t n) {
   return h;
 }
 
-// A non-integer input reduced twice: bitwise the same both times, and on every rank.
+// A non-integer input reduced twice: bitwise the same both times (the second time with other
+// ring segments: the segments split transfers, never the order of the additions), and on every rank.
 void determinism(MpiCommunicator& c, const std::string& name, size_t n) {
   const int me = c.rank();
   uint64_t h[2];
   for (int rep = 0; rep < 2; ++rep) {
+    c.set_ring_options(rep == 0 ? default_ring_options(false) : RingOptions{size_t(1) << 20, 2});
     std::vector<float> x(n);
     for (size_t i = 0; i < n; ++i) x[i] = std::sin(0.37f * float(i) + 1.3f * float(me)) * 1000.0f / float(i % 13 + 1);
     c.all_reduce(x.data(), n, ReduceOp::Sum);
