@@ -105,8 +105,9 @@ long run_comm_bench(Communicator& comm, const BenchMemory& mem, const CommBenchO
     std::printf("# loom bench comm: backend %s, %d ranks, dtype %s%s%s, %d iterations (+%d warm-up) per size\n",
                 comm.backend().c_str(), n, dtype_name(o.dtype), o.note.empty() ? "" : ", ", o.note.c_str(), o.iters,
                 o.warmup);
-    std::printf("# %14s %12s %-15s %11s %12s %12s %7s\n", "size(B)", "count", "op", "time(us)", "algbw(GB/s)",
-                "busbw(GB/s)", "#wrong");
+    if (o.link_gbps > 0) std::printf("# link: %.3g Gbit/s = %.4f GB/s\n", o.link_gbps, o.link_gbps / 8);
+    std::printf("# %14s %12s %-15s %-13s %11s %12s %12s%s %7s\n", "size(B)", "count", "op", "algo", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)", o.link_gbps > 0 ? "    %link" : "", "#wrong");
   }
   long total_wrong = 0;
   std::string ops = o.ops + ",";
@@ -116,23 +117,31 @@ long run_comm_bench(Communicator& comm, const BenchMemory& mem, const CommBenchO
     if (op != "all_reduce" && op != "reduce_scatter" && op != "all_gather")
       throw std::runtime_error("bench comm: unknown op '" + op + "' (all_reduce, reduce_scatter, all_gather)");
     const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
+    // One line per algorithm and size: the algorithms of one size side by side.
+    std::vector<std::string> algos = op == "all_reduce" ? o.algos : std::vector<std::string>{};
+    if (algos.empty()) algos.push_back("-");
     for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= size_t(o.step_factor)) {
-      const size_t count = bytes / dtype_size(o.dtype);
-      // Fewer timed runs for large messages keeps the whole sweep to seconds.
-      const int iters = std::max(2, std::min(o.iters, int((size_t(64) << 20) / std::max<size_t>(bytes, 1))));
-      double s = 0;
-      long wrong = bench_one(comm, mem, op, o.dtype, count, iters, o.warmup, s);
-      // The slowest rank's time is the collective's time; #wrong summed over ranks.
-      double smax = s;
-      long wsum = wrong;
-      MPI_Allreduce(&s, &smax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      MPI_Allreduce(&wrong, &wsum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-      total_wrong += wsum;
-      if (comm.rank() == 0) {
-        const double algbw = double(bytes) / smax / 1e9;
-        std::printf("  %14zu %12zu %-15s %11.1f %12.3f %12.3f %7ld\n", bytes, count, op.c_str(), smax * 1e6, algbw,
-                    algbw * factor, wsum);
-        std::fflush(stdout);
+      for (const std::string& algo : algos) {
+        if (algo != "-" && o.select_algo) o.select_algo(algo);
+        const size_t count = bytes / dtype_size(o.dtype);
+        // Fewer timed runs for large messages keeps the whole sweep to seconds.
+        const int iters = std::max(2, std::min(o.iters, int((size_t(64) << 20) / std::max<size_t>(bytes, 1))));
+        double s = 0;
+        long wrong = bench_one(comm, mem, op, o.dtype, count, iters, o.warmup, s);
+        // The slowest rank's time is the collective's time; #wrong summed over ranks.
+        double smax = s;
+        long wsum = wrong;
+        MPI_Allreduce(&s, &smax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(&wrong, &wsum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        total_wrong += wsum;
+        if (comm.rank() == 0) {
+          const double algbw = double(bytes) / smax / 1e9, busbw = algbw * factor;
+          char link[32] = "";
+          if (o.link_gbps > 0) std::snprintf(link, sizeof link, " %7.1f%%", 100 * busbw / (o.link_gbps / 8));
+          std::printf("  %14zu %12zu %-15s %-13s %11.1f %12.3f %12.3f%s %7ld\n", bytes, count, op.c_str(),
+                      algo.c_str(), smax * 1e6, algbw, busbw, link, wsum);
+          std::fflush(stdout);
+        }
       }
     }
   }

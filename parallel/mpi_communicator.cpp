@@ -68,11 +68,53 @@ void do_all_gather(MPI_Comm c, TypedPtr buf, const std::vector<size_t>& counts) 
 
 }  // namespace
 
-void MpiCommunicator::do_all_reduce(MPI_Comm c, TypedPtr buf, size_t n, ReduceOp op, HalfReduce how) const {
+const char* all_reduce_algo_name(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::Auto: return "auto";
+    case AllReduceAlgo::Mpi: return "mpi";
+    case AllReduceAlgo::Ring: return "ring";
+    case AllReduceAlgo::Hierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
+AllReduceAlgo parse_all_reduce_algo(const std::string& s) {
+  for (AllReduceAlgo a : {AllReduceAlgo::Auto, AllReduceAlgo::Mpi, AllReduceAlgo::Ring, AllReduceAlgo::Hierarchical})
+    if (s == all_reduce_algo_name(a)) return a;
+  throw std::invalid_argument("all-reduce algorithm '" + s + "': expected auto, mpi, ring or hierarchical");
+}
+
+AllReduceAlgo auto_all_reduce_algo(size_t bytes, int group_size) {
+  return group_size > 1 && bytes >= kRingMinBytes ? AllReduceAlgo::Ring : AllReduceAlgo::Mpi;
+}
+
+AllReduceAlgo MpiCommunicator::resolved_all_reduce_algo(size_t n, DType t) const {
+  return algo_ == AllReduceAlgo::Auto ? auto_all_reduce_algo(n * dtype_size(t), size_) : algo_;
+}
+
+MpiCommunicator::AllReduceHow MpiCommunicator::how_now(size_t n, DType t) const {
+  return {half_reduce_, resolved_all_reduce_algo(n, t), ranks_per_node_, ring_};
+}
+
+void MpiCommunicator::do_all_reduce(Lane& lane, TypedPtr buf, size_t n, ReduceOp op, const AllReduceHow& how) const {
   if (n == 0) return;
+  if (how.algo == AllReduceAlgo::Ring) {
+    ring_all_reduce(lane.ring, buf, n, op, how.half, how.ring);
+    return;
+  }
+  if (how.algo == AllReduceAlgo::Hierarchical) {
+    // Collective: every rank of the group reaches this call with the same ranks_per_node.
+    if (!lane.split || lane.split->ranks_per_node() != how.ranks_per_node) {
+      lane.split.reset();
+      lane.split = std::make_unique<NodeSplit>(lane.ring, how.ranks_per_node);
+    }
+    hierarchical_all_reduce(*lane.split, buf, n, op, how.half, half_ops_, how.ring);
+    return;
+  }
+  MPI_Comm c = lane.comm;
   if (buf.dtype == DType::f32)
     check(MPI_Allreduce(MPI_IN_PLACE, buf.data, as_int(n), MPI_FLOAT, mpi_op(op), c), "MPI_Allreduce");
-  else if (how == HalfReduce::UserOp)
+  else if (how.half == HalfReduce::UserOp)
     check(MPI_Allreduce(MPI_IN_PLACE, buf.data, as_int(n), MPI_UINT16_T, half_ops_.get(buf.dtype, op), c),
           "MPI_Allreduce");
   else
@@ -99,8 +141,23 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::m
   check(MPI_Comm_dup(comm, &worker_comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(worker_comm_, MPI_ERRORS_RETURN);
+  lane_.comm = comm_;
+  worker_lane_.comm = worker_comm_;
+  for (Lane* l : {&lane_, &worker_lane_}) {
+    check(MPI_Comm_dup(comm, &l->ring), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(l->ring, MPI_ERRORS_RETURN);
+  }
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  {
+    // The ring's segments suit the transport (ring_allreduce.cpp); the results do not depend on it.
+    MPI_Comm node;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    ring_ = default_ring_options(node_size == size_);
+  }
   // The members' world ranks, so that a timed-out call can name the members that never came.
   std::vector<int> local(static_cast<size_t>(size_)), world(static_cast<size_t>(size_), -1);
   for (int i = 0; i < size_; ++i) local[size_t(i)] = i;
@@ -126,7 +183,11 @@ MpiCommunicator::~MpiCommunicator() {
   Watchdog::release_channel(worker_channel_);
   int finalized = 0;
   MPI_Finalized(&finalized);
+  lane_.split.reset();
+  worker_lane_.split.reset();
   if (!finalized) {
+    MPI_Comm_free(&lane_.ring);
+    MPI_Comm_free(&worker_lane_.ring);
     MPI_Comm_free(&comm_);
     MPI_Comm_free(&worker_comm_);
   }
@@ -174,13 +235,13 @@ RequestPtr MpiCommunicator::post(std::function<void(MPI_Comm)> op) {
 void MpiCommunicator::all_reduce(TypedPtr buf, size_t n, ReduceOp op) {
   check_reduce_dtype(buf.dtype, "all_reduce");
   Watchdog::Scope w("all_reduce", name_.c_str(), channel_);
-  do_all_reduce(comm_, buf, n, op, half_reduce_);
+  do_all_reduce(lane_, buf, n, op, how_now(n, buf.dtype));
 }
 RequestPtr MpiCommunicator::iall_reduce(TypedPtr buf, size_t n, ReduceOp op) {
   check_reduce_dtype(buf.dtype, "iall_reduce");
-  return post([=, this, how = half_reduce_](MPI_Comm c) {
+  return post([=, this, how = how_now(n, buf.dtype)](MPI_Comm) {
     Watchdog::Scope w("all_reduce (overlapped)", name_.c_str(), worker_channel_);
-    do_all_reduce(c, buf, n, op, how);
+    do_all_reduce(worker_lane_, buf, n, op, how);
   });
 }
 void MpiCommunicator::reduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) {

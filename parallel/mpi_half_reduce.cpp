@@ -50,18 +50,19 @@ void narrow_all(const float* src, void* dst, size_t n) {
   uint16_t* d = static_cast<uint16_t*>(dst);
   for (size_t i = 0; i < n; ++i) d[i] = T::from_float(src[i]);
 }
-void widen(ConstTypedPtr src, float* dst, size_t n) {
-  if (src.dtype == DType::bf16) widen_all<bf16>(src.data, dst, n);
-  else widen_all<fp16>(src.data, dst, n);
-}
-void narrow(const float* src, TypedPtr dst, size_t n) {
-  if (dst.dtype == DType::bf16) narrow_all<bf16>(src, dst.data, n);
-  else narrow_all<fp16>(src, dst.data, n);
-}
 // Uninitialised fp32 scratch (every element is written before it is read).
 std::unique_ptr<float[]> scratch(size_t n) { return std::unique_ptr<float[]>(new float[n ? n : 1]); }
 
 }  // namespace
+
+void widen_to_fp32(ConstTypedPtr src, float* dst, size_t n) {
+  if (src.dtype == DType::bf16) widen_all<bf16>(src.data, dst, n);
+  else widen_all<fp16>(src.data, dst, n);
+}
+void narrow_from_fp32(const float* src, TypedPtr dst, size_t n) {
+  if (dst.dtype == DType::bf16) narrow_all<bf16>(src, dst.data, n);
+  else narrow_all<fp16>(src, dst.data, n);
+}
 
 const char* half_reduce_name(HalfReduce h) { return h == HalfReduce::UserOp ? "user_op" : "fp32"; }
 HalfReduce parse_half_reduce(const std::string& s) {
@@ -99,11 +100,11 @@ MPI_Op HalfOps::get(DType t, ReduceOp op) const { return ops_[half_index(t)][op 
 
 void all_reduce_through_fp32(MPI_Comm c, TypedPtr buf, size_t n, ReduceOp op) {
   auto f = scratch(n);
-  widen(buf, f.get(), n);
+  widen_to_fp32(buf, f.get(), n);
   mpi_check(MPI_Allreduce(MPI_IN_PLACE, f.get(), mpi_count(n, "elements"), MPI_FLOAT,
                           op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, c),
             "MPI_Allreduce");
-  narrow(f.get(), buf, n);
+  narrow_from_fp32(f.get(), buf, n);
 }
 
 void reduce_scatter_through_fp32(MPI_Comm c, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
@@ -116,9 +117,9 @@ void reduce_scatter_through_fp32(MPI_Comm c, ConstTypedPtr send, TypedPtr recv, 
   }
   const size_t mine = counts[size_t(rank)];
   auto fs = scratch(total), fr = scratch(mine);
-  widen(send, fs.get(), total);
+  widen_to_fp32(send, fs.get(), total);
   mpi_check(MPI_Reduce_scatter(fs.get(), fr.get(), cnt.data(), MPI_FLOAT, MPI_SUM, c), "MPI_Reduce_scatter");
-  narrow(fr.get(), recv, mine);
+  narrow_from_fp32(fr.get(), recv, mine);
 }
 
 }  // namespace loom::parallel

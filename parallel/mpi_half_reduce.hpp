@@ -65,6 +65,10 @@ class HalfOps {
   MPI_Op ops_[2][2];  // [bf16, f16][Sum, Max]
 };
 
+// bf16/fp16 (src, dst: n elements) to and from an fp32 scratch; narrowing rounds to nearest even.
+void widen_to_fp32(ConstTypedPtr src, float* dst, size_t n);
+void narrow_from_fp32(const float* src, TypedPtr dst, size_t n);
+
 // The ThroughFp32 way, on a bf16 or fp16 buffer (n, counts in elements).
 void all_reduce_through_fp32(MPI_Comm c, TypedPtr buf, size_t n, ReduceOp op);
 void reduce_scatter_through_fp32(MPI_Comm c, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,

@@ -31,7 +31,7 @@ NodeRank node_rank(MPI_Comm comm) {
   return out;
 }
 
-ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout) {
+ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout, AllReduceAlgo algo) : layout_(layout), algo_(algo) {
   int size = 0;
   MPI_Comm_rank(world, &rank_);
   MPI_Comm_size(world, &size);
@@ -47,6 +47,8 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout) : layout_(layout
   pp_ = split(world, c.dp * layout.tp + c.tp, c.pp, "pipeline");
   const bool holds_embedding = layout.pp > 1 && (c.pp == 0 || c.pp == layout.pp - 1);
   embedding_ = split(world, holds_embedding ? c.dp * layout.tp + c.tp : MPI_UNDEFINED, c.pp, "tied-embedding");
+  for (MpiCommunicator* c : {world_.get(), tp_.get(), dp_.get(), pp_.get(), embedding_.get()})
+    if (c) c->set_all_reduce_algo(algo);
   count_tp_ = std::make_unique<CountingCommunicator>(*tp_);
   count_dp_ = std::make_unique<CountingCommunicator>(*dp_);
   count_pp_ = std::make_unique<CountingCommunicator>(*pp_);

@@ -22,10 +22,15 @@ NodeRank node_rank(MPI_Comm comm);
 
 class ProcessGroups {
  public:
-  // Collective over `world`, whose size must equal layout.world().
-  ProcessGroups(MPI_Comm world, GridLayout layout);
+  // Collective over `world`, whose size must equal layout.world(). `algo` is the all-reduce
+  // algorithm of every host communicator below (MpiCommunicator::set_all_reduce_algo); the same on
+  // every rank.
+  ProcessGroups(MPI_Comm world, GridLayout layout, AllReduceAlgo algo = AllReduceAlgo::Auto);
 
   const GridLayout& layout() const { return layout_; }
+  // The host communicators' all-reduce algorithm: give it to any further MpiCommunicator made over
+  // these ranks (the checkpoint writer's).
+  AllReduceAlgo all_reduce_algo() const { return algo_; }
   int world_rank() const { return rank_; }
   // This rank's place among the world's ranks on its node (node_rank(), computed once). The
   // device a rank drives is cuda_device_for_local_rank(local_rank()) (kernels/backend_factory.hpp):
@@ -63,6 +68,7 @@ class ProcessGroups {
 
  private:
   GridLayout layout_;
+  AllReduceAlgo algo_ = AllReduceAlgo::Auto;
   int rank_ = 0;
   NodeRank local_;
   std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, embedding_;

@@ -29,6 +29,7 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
                            DistributedOptimizer& optim)
     : setup_(std::move(setup)), groups_(groups), model_(model), optim_(optim) {
   io_comm_ = std::make_unique<parallel::MpiCommunicator>(groups.world().comm(), "checkpoint writer");
+  io_comm_->set_all_reduce_algo(groups.all_reduce_algo());
   if (cfg_.dir.empty()) return;
   // Before any training: checkpoint.dir is this job's alone (a lock on rank 0, which alone
   // renames and prunes), and every rank can create files in it (each writes its own slices of

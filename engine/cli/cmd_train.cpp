@@ -83,7 +83,8 @@ int cmd_train(const RecipeArgs& a, int* argc, char*** argv) {
   std::unique_ptr<Trainer> trainer;
   try {
     groups = std::make_unique<parallel::ProcessGroups>(
-        world.comm(), parallel::GridLayout{r.parallel.tp, r.parallel.dp, r.parallel.pp});
+        world.comm(), parallel::GridLayout{r.parallel.tp, r.parallel.dp, r.parallel.pp},
+        parallel::parse_all_reduce_algo(r.parallel.allreduce));
     trainer = std::make_unique<Trainer>(r, *groups, command);
   } catch (const std::exception& e) {
     error = e.what();

@@ -28,6 +28,11 @@ struct CommBenchArgs {
   std::string ops = "all_reduce,reduce_scatter,all_gather";
   std::string dtype = "fp32";          // fp32 | bf16 | fp16
   std::string half_reduce;              // MPI, bf16/fp16: user_op | fp32; empty: the default
+  std::string algo;                     // MPI all_reduce: comma-separated auto,mpi,ring,hierarchical; empty: all
+  int ranks_per_node = 0;               // hierarchical: 0 the real nodes, k > 0 pretend k ranks per node
+  double link_gbps = 0;                 // > 0: a "% of link" column against this rate
+  size_t segment_kib = 0;               // ring: segment size in KiB; 0: the default
+  int in_flight = 0;                    // ring: segments in flight; 0: the default
 };
 int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv);
 int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv);

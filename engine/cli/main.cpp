@@ -105,6 +105,15 @@ int main(int argc, char** argv) {
                    "mpi, bf16/fp16: reduce with a user-defined MPI op (user_op) or through an fp32 scratch (fp32); "
                    "default: the communicator's")
       ->check(CLI::IsMember({"user_op", "fp32"}));
+  comm->add_option("--algo", comm_args.algo,
+                   "mpi, all_reduce: comma-separated algorithms timed side by side (auto, mpi, ring, hierarchical); "
+                   "default: all of them");
+  comm->add_option("--ranks-per-node", comm_args.ranks_per_node,
+                   "hierarchical: pretend every k consecutive ranks share a node (0: the real nodes)")
+      ->capture_default_str();
+  comm->add_option("--link-gbps", comm_args.link_gbps, "the link's rate in Gbit/s: adds a %link column (busbw / rate)");
+  comm->add_option("--segment-kib", comm_args.segment_kib, "ring: segment size in KiB (0: the default)");
+  comm->add_option("--in-flight", comm_args.in_flight, "ring: segments in flight each way (0: the default)");
   gemm->add_option("-n", gemm_n, "matrix size")->capture_default_str();
   gemm->add_option("--reps", gemm_reps, "timed repetitions")->capture_default_str();
   gemm->add_option("--dtype", gemm_dtype, "fp32 (OpenBLAS sgemm) or bf16 (the CPU backend's bf16 matmul)")

@@ -26,6 +26,7 @@ struct ParallelConfig {
   bool prefetch = true;             // zero 3: gather the next unit during the current one
   std::string grad_reduce_dtype = "fp32";  // fp32 | bf16: the dtype gradients cross the dp group in
   bool overlap_grad_reduce = true;  // launch each bucket as soon as backward completes it
+  std::string allreduce = "auto";   // auto | mpi | ring | hierarchical: host all-reduce algorithm
   double timeout_s = 600;           // a communication call open longer aborts the job; 0: never
 };
 

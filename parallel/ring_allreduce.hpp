@@ -1,0 +1,54 @@
+#pragma once
+// Ring all-reduce over MPI point-to-point, for host buffers: a reduce-scatter then an all-gather
+// around the ring rank -> rank + 1, each of the 2(p-1) steps cut into segments and pipelined.
+//
+// The buffer of n elements is split into p chunks (even_counts: sizes differ by at most one). In
+// reduce-scatter step s (0 <= s < p-1) rank r sends chunk (r - s) mod p to r + 1 and receives
+// chunk (r - s - 1) mod p from r - 1 into a scratch slot, which it combines into its own copy:
+// after p-1 steps rank r holds chunk (r + 1) mod p reduced over every rank. The all-gather's p-1
+// steps pass the reduced chunks on, received straight into the buffer.
+//
+// Pipelining: each chunk is cut into segments of RingOptions::segment_bytes; a segment moves on
+// to the next step as soon as it has arrived (and, in reduce-scatter, been combined), without
+// waiting for the rest of its chunk. Up to `in_flight` receives and `in_flight` sends are posted
+// at once, so while this rank combines one segment the next ones are on the wire in both
+// directions. Each rank sends and receives 2(p-1)/p * n elements: the bus-bandwidth optimum.
+//
+// Numerics: element i of chunk c is combined in the fixed order of the ring (starting from rank
+// c's value, then c-1's, ...), whatever the timing; the owner's result is copied to every rank. So
+// every rank gets bitwise the same result, and a run repeated with the same n and p gives bitwise
+// the same result. The order differs from MPI_Allreduce's, so the two differ in float rounding.
+// bf16/fp16: HalfReduce::UserOp rounds after each combine (p-1 roundings, like MPI's user op);
+// ThroughFp32 widens the buffer into an fp32 scratch, runs the fp32 ring (twice the bytes) and
+// rounds once. Max keeps the larger operand bit for bit (NaN wins), in every dtype.
+#include <mpi.h>
+
+#include <cstddef>
+
+#include "parallel/communicator.hpp"
+#include "parallel/mpi_half_reduce.hpp"
+
+namespace loom::parallel {
+
+// Segment size and segments in flight, by measurement (default_ring_options() in
+// ring_allreduce.cpp says why these).
+struct RingOptions {
+  size_t segment_bytes = size_t(60) << 10;
+  int in_flight = 8;  // receives posted ahead, and sends outstanding, at most (each direction)
+};
+// The defaults across nodes (the struct's: segments TCP sends eagerly) and, where every rank of
+// the group shares one node, for shared memory (256 KiB x 4). Numerics do not depend on them.
+RingOptions default_ring_options(bool within_one_node = false);
+
+// In place: buf (n elements: fp32, bf16 or fp16) becomes the reduction over `comm`. Collective
+// over `comm`, which must carry nothing else while it runs (its messages use tag 0): give it a
+// communicator of its own (MPI_Comm_dup). n = 0 and a group of one return at once.
+void ring_all_reduce(MPI_Comm comm, TypedPtr buf, size_t n, ReduceOp op, HalfReduce how,
+                     const RingOptions& o = default_ring_options());
+
+// dst[i] = dst[i] (op) src[i] for i < n, both of dtype t (fp32, bf16, fp16); a bf16/fp16 Sum is
+// computed in fp32 and rounded to nearest even. The combine of the ring and of the hierarchical
+// all-reduce's node step.
+void combine_into(void* dst, const void* src, size_t n, DType t, ReduceOp op);
+
+}  // namespace loom::parallel
