@@ -207,7 +207,7 @@ cluster_rank_pid() {
   local ns p
   for ns in "${CLUSTER_NODES[@]}"; do
     for p in $(cluster_loom_pids "$ns"); do
-      tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qxE "(OMPI_COMM_WORLD_RANK|PMIX_RANK)=$1" && { echo "$p"; return 0; }
+      tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -xE "(OMPI_COMM_WORLD_RANK|PMIX_RANK)=$1" > /dev/null && { echo "$p"; return 0; }
     done
   done
   return 1
@@ -216,7 +216,7 @@ cluster_rank_pid() {
 cluster_node_of_pid() {
   local ns
   for ns in "${CLUSTER_NODES[@]}"; do
-    cluster_node_pids "$ns" | grep -qx "$1" && { echo "$ns"; return 0; }
+    cluster_node_pids "$ns" | grep -x "$1" > /dev/null && { echo "$ns"; return 0; }
   done
   return 1
 }
