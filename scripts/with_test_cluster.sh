@@ -30,7 +30,10 @@ source "$src/tests/cluster/netns_cluster.sh"
 cluster_up "$nodes" "$rate" "$per_node" >&2
 [ "$slurm" = 1 ] && cluster_slurm_up >&2
 export CLUSTER_MPIRUN CLUSTER_SUBNET CLUSTER_NAME CLUSTER_DIR CLUSTER_RATE=$rate
-export CLUSTER_NODES="${CLUSTER_NODES[*]}" CLUSTER_IPS="${CLUSTER_IPS[*]}"
+# Arrays cannot be exported: the command gets them as space-separated strings.
+nodes_list="${CLUSTER_NODES[*]}" ips_list="${CLUSTER_IPS[*]}"
+unset CLUSTER_NODES CLUSTER_IPS
+export CLUSTER_NODES=$nodes_list CLUSTER_IPS=$ips_list
 set +e
 "$@"
 rc=$?

@@ -33,6 +33,9 @@ CLUSTER_STATE=/run/loom_netns_cluster   # one file per live instance: its owner 
 CLUSTER_NAME=""
 
 cluster_skip() { echo "SKIP: $*"; exit 77; }
+# A process that exists and is not a zombie (kill -0 succeeds on zombies, and a killed owner
+# may stay one for a while when its reaper is slow).
+_cluster_alive() { local s; s=$(ps -o stat= -p "$1" 2> /dev/null) && [ -n "$s" ] && [ "${s#Z}" = "$s" ]; }
 
 # Root, ip netns, veth, bridge and tbf, tried on a throwaway namespace and bridge.
 cluster_check() {
@@ -98,7 +101,7 @@ cluster_up() {
   # Instances left by owners that died (killed by a CTest timeout, say).
   for f in "$CLUSTER_STATE"/lc*; do
     [ -f "$f" ] || continue
-    kill -0 "$(sed -n 1p "$f")" 2> /dev/null || _cluster_destroy "$(basename "$f")"
+    _cluster_alive "$(sed -n 1p "$f")" || _cluster_destroy "$(basename "$f")"
   done
   local used
   used="$(ip -4 addr) $(ip route) $(ip -o link show) $(ip netns list)"
@@ -233,7 +236,7 @@ cluster_all_pids() {
       echo "$p"
     done
   done
-  for p in "$@"; do kill -0 "$p" 2> /dev/null && echo "$p"; done
+  for p in "$@"; do _cluster_alive "$p" && echo "$p"; done
   return 0
 }
 
