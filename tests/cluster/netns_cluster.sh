@@ -15,6 +15,8 @@
 # host-side veths lc<k>v1..N. No /etc/hosts edits: Open MPI and Slurm are given the IPs. The
 # namespaces have no route but the subnet, so nothing but this instance's nodes is reachable.
 # An instance whose owner process died without its teardown is reclaimed by the next cluster_up.
+# Teardown (cluster_down, idempotent; the EXIT trap) kills whatever still runs in the nodes after
+# a 5 s grace, and a script that was about to exit 0 then exits 1: nothing may be left running.
 #
 # After cluster_up: CLUSTER_NAME (lc<k>), CLUSTER_SUBNET, CLUSTER_NODES / CLUSTER_IPS (arrays),
 # CLUSTER_RANKS_PER_NODE, CLUSTER_DIR (hostfile, agent, logs), CLUSTER_MPIRUN (a script: mpirun
@@ -141,13 +143,13 @@ cluster_up() {
   echo "cluster: ${CLUSTER_NODES[*]} at ${CLUSTER_IPS[*]} ($CLUSTER_SUBNET, $rate each way, $CLUSTER_RANKS_PER_NODE slots per node)"
 }
 
-# Runs cluster_down on exit (before whatever EXIT trap the script had), and exits on INT/TERM.
+# Runs cluster_down on exit (after whatever EXIT trap the script had), and exits on INT/TERM.
 _cluster_trap() {
   local prev
   prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
-  case $prev in *cluster_down*) return ;; esac
+  case $prev in *_cluster_on_exit*) return ;; esac
   # shellcheck disable=SC2064
-  trap "cluster_down; $prev" EXIT
+  trap "_cluster_rc=\$?; $prev; _cluster_on_exit \$_cluster_rc" EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
 }
@@ -175,7 +177,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 exec mpirun --hostfile "$CLUSTER_DIR/hostfile" --mca plm_rsh_agent "$CLUSTER_DIR/agent" \\
   --mca plm_rsh_no_tree_spawn 1 --mca btl tcp,self,vader \\
   --mca btl_tcp_if_include $CLUSTER_SUBNET --mca oob_tcp_if_include $CLUSTER_SUBNET $yield \\
-  --map-by slot --oversubscribe --bind-to none "\$@"
+  --oversubscribe --bind-to none "\$@"
 MPIRUN
   chmod +x "$CLUSTER_DIR/agent" "$CLUSTER_DIR/mpirun"
   CLUSTER_MPIRUN=$CLUSTER_DIR/mpirun
@@ -183,10 +185,27 @@ MPIRUN
 
 cluster_mpirun() { "$CLUSTER_MPIRUN" "$@"; }
 
+# The EXIT trap: a script that would have passed fails if processes of its jobs were still
+# running in the nodes (waited for 5 s, then killed by cluster_down).
+_cluster_on_exit() {
+  local rc=$1
+  cluster_down
+  [ "${CLUSTER_LEFTOVERS:-0}" -gt 0 ] && [ "$rc" = 0 ] && { echo "FAIL: $CLUSTER_LEFTOVERS processes were left running in the test cluster" >&2; exit 1; }
+  return 0
+}
+
 cluster_down() {
   [ -n "$CLUSTER_NAME" ] || return 0
   local -
   set +e +o pipefail
+  local left
+  for _ in $(seq 25); do left=$(cluster_all_pids); [ -z "$left" ] && break; sleep 0.2; done
+  CLUSTER_LEFTOVERS=0
+  if [ -n "$left" ]; then
+    echo "cluster_down: killing processes left running in the nodes:" >&2
+    for p in $left; do echo "  $(cluster_node_of_pid "$p") pid $p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | cut -c1-160)" >&2; done
+    CLUSTER_LEFTOVERS=$(cluster_kill_leftovers)
+  fi
   type cluster_slurm_down > /dev/null 2>&1 && cluster_slurm_down
   _cluster_destroy "$CLUSTER_NAME"
   CLUSTER_NAME=""
