@@ -56,8 +56,9 @@ done
 # Open MPI's keepalive settings (scripts/mpi_env.sh) reached the remote daemon.
 if [ "$launcher" = mpirun ]; then
   orted=$(for p in $(cluster_node_pids "$remote"); do [ "$(ps -o comm= -p "$p")" != orted ] || echo "$p"; done)
-  tr '\0' '\n' < "/proc/$orted/environ" | grep "^OMPI_MCA_oob_tcp_keepalive_time=5$" > /dev/null ||
-    fail "the remote orted (pid $orted) does not have OMPI_MCA_oob_tcp_keepalive_time=5"
+  want=${OMPI_MCA_oob_tcp_keepalive_time:-5}  # scripts/mpi_env.sh's default, or the caller's
+  tr '\0' '\n' < "/proc/$orted/environ" | grep "^OMPI_MCA_oob_tcp_keepalive_time=$want$" > /dev/null ||
+    fail "the remote orted (pid $orted) does not have OMPI_MCA_oob_tcp_keepalive_time=$want"
   echo "remote orted (pid $orted) has $(tr '\0' '\n' < "/proc/$orted/environ" | grep oob_tcp_keepalive | tr '\n' ' ')"
 fi
 
