@@ -55,12 +55,8 @@ NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:2 Stat
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
   export SLURM_CONF=$d/slurm.conf
-  chown munge:munge "$d/munge"
-  setpriv --reuid=munge --regid=munge --clear-groups munged -F --socket="$d/munge/munge.socket.2" \
-    --pid-file="$d/munge/munged.pid" --seed-file="$d/munge/munge.seed" --log-file="$d/munge/munged.log" \
-    > "$d/munged.out" 2>&1 &
-  SLURM_TEST_PIDS=$!
-  for _ in $(seq 50); do [ -S "$d/munge/munge.socket.2" ] && break; sleep 0.1; done
+  slurm_start_munged "$d"
+  SLURM_TEST_PIDS=$SLURM_MUNGED_PID
   slurmctld -D -i -f "$d/slurm.conf" > "$d/slurmctld.out" 2>&1 &
   SLURM_TEST_PIDS="$SLURM_TEST_PIDS $!"
   slurmd -D -N localhost -f "$d/slurm.conf" > "$d/slurmd.out" 2>&1 &
@@ -78,11 +74,7 @@ slurm_down() {
   [ -n "${SLURM_TEST_PIDS:-}" ] || return 0
   timeout 5 scancel --quiet --user=root 2>/dev/null || true
   # slurmd, then slurmctld, then munged: the reverse of the start.
-  for p in $(echo "$SLURM_TEST_PIDS" | tr ' ' '\n' | tac); do
-    kill "$p" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-  done
+  slurm_stop_pids "$SLURM_TEST_PIDS"
   SLURM_TEST_PIDS=""
   [ -n "${SLURM_TEST_DIR:-}" ] && rm -rf "$SLURM_TEST_DIR"
 }
@@ -94,5 +86,30 @@ slurm_wait() {
   while [ -n "$(squeue -h -j "$job" 2>/dev/null)" ]; do
     [ $(( $(date +%s) - t0 )) -le "$limit" ] || { squeue -j "$job" >&2; return 1; }
     sleep 1
+  done
+}
+
+# Shared with the multi-node test cluster (tests/cluster/netns_slurm.sh):
+# munged as the munge user, its socket, key seed and log under $1/munge (created here); sets
+# SLURM_MUNGED_PID and waits for the socket.
+slurm_start_munged() {
+  local d=$1
+  mkdir -p "$d/munge"
+  chown munge:munge "$d/munge"
+  setpriv --reuid=munge --regid=munge --clear-groups munged -F --socket="$d/munge/munge.socket.2" \
+    --pid-file="$d/munge/munged.pid" --seed-file="$d/munge/munge.seed" --log-file="$d/munge/munged.log" \
+    > "$d/munged.out" 2>&1 &
+  SLURM_MUNGED_PID=$!
+  for _ in $(seq 50); do [ -S "$d/munge/munge.socket.2" ] && break; sleep 0.1; done
+}
+
+# Stops the daemons with the given pids (a space-separated list, in start order) in reverse
+# order: SIGTERM, up to 5 s, then SIGKILL.
+slurm_stop_pids() {
+  local p
+  for p in $(echo "$1" | tr ' ' '\n' | tac); do
+    kill "$p" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
   done
 }
