@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
@@ -120,15 +122,23 @@ DistributedOptimizer::AutoBuckets DistributedOptimizer::auto_size_buckets(double
   // sizes lie in between); 3 repeats each. About 0.3 s at 1 Gbit, milliseconds on a node.
   const std::vector<size_t> sizes = {size_t(64) << 10, size_t(512) << 10, size_t(4) << 20};
   const size_t largest = sizes.back() / dtype_size(wire) + size_t(groups_.device_dp().size());
-  TypedPtr scratch = be_.alloc(wire, 2 * largest);
-  try {
-    a.probe = parallel::probe_link(groups_.device_dp(), groups_.dp(), scratch, plan_.sharded, sizes, 3,
-                                   [this] { be_.synchronize(); });
-  } catch (...) {
+  // LOOM_BUCKET_LINK=ALPHA_MS:GB_S replaces the probe (tests, and "what if the link were ..."); every
+  // rank must be given the same.
+  double env_alpha_ms = 0, env_gb_s = 0;
+  if (const char* e = std::getenv("LOOM_BUCKET_LINK"); e && std::sscanf(e, "%lf:%lf", &env_alpha_ms, &env_gb_s) == 2 &&
+                                                        env_gb_s > 0) {
+    a.probe.link = parallel::LinkModel{env_alpha_ms / 1e3, env_gb_s * 1e9};
+  } else {
+    TypedPtr scratch = be_.alloc(wire, 2 * largest);
+    try {
+      a.probe = parallel::probe_link(groups_.device_dp(), groups_.dp(), scratch, plan_.sharded, sizes, 3,
+                                     [this] { be_.synchronize(); });
+    } catch (...) {
+      be_.release(scratch.data);
+      throw;
+    }
     be_.release(scratch.data);
-    throw;
   }
-  be_.release(scratch.data);
   float slowest = float(backward_s);  // float: an exact Max; the same bits on every dp rank
   groups_.dp().all_reduce(&slowest, 1, parallel::ReduceOp::Max);
   a.backward_s = slowest;
