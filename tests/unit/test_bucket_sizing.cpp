@@ -90,7 +90,7 @@ TEST_CASE("the clamps bound the choice") {
   CHECK(choose_bucket_size(slow).bucket_mb == 1.5);
 }
 
-TEST_CASE("fit_link recovers alpha and beta; a negative intercept is clamped to 0") {
+TEST_CASE("fit_link recovers alpha and beta, and clamps a negative intercept to 0") {
   const LinkModel m = fit_link({{65536, 0.001 + 65536 / 1e8}, {524288, 0.001 + 524288 / 1e8}, {4194304, 0.001 + 4194304 / 1e8}});
   CHECK(m.alpha_s == Approx(0.001).epsilon(1e-9));
   CHECK(m.bytes_per_s == Approx(1e8).epsilon(1e-9));
