@@ -70,9 +70,10 @@ BucketPrediction choose_bucket_size(const BucketSizing& in) {
     if (preds.back().bucket_elems >= in.n) break;  // one bucket: larger sizes make the same plan
   }
   if (preds.empty()) return predict_buckets(in, bucket_mb_to_elems(in.max_mb));
-  double best = preds.front().exposed_s;
-  for (const BucketPrediction& p : preds) best = std::min(best, p.exposed_s);
-  const double limit = best + in.slack * in.backward_s;
+  const BucketPrediction* best = &preds.front();
+  for (const BucketPrediction& p : preds)
+    if (p.exposed_s < best->exposed_s) best = &p;
+  const double limit = best->exposed_s + in.slack * best->reduce_s;
   for (auto it = preds.rbegin(); it != preds.rend(); ++it)
     if (it->exposed_s <= limit) return *it;
   return preds.front();

@@ -20,8 +20,9 @@
 // parallel.bucket_mb counts), from min_mb up to max_mb or the first that holds the whole buffer
 // in one bucket. Overheads the model leaves out (each call's CPU time competing with backward,
 // the worker's wake-ups, calls too small for the link's window) all favour fewer buckets, so the
-// choice is the LARGEST candidate whose predicted exposure is within `slack` x backward_s of the
-// best: a fast link keeps big buckets, a slow link with a long backward gets small ones.
+// choice is the LARGEST candidate whose predicted exposure is within `slack` x (the best
+// candidate's predicted reduction time) of the best: a few percent of the reduction given up for
+// fewer calls. A fast link keeps big buckets, a slow link with a long backward gets small ones.
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -48,7 +49,7 @@ struct BucketSizing {
   double backward_s = 0;             // the backward that the buckets overlap (the last micro-batch's)
   LinkModel link;
   double min_mb = 0.25, max_mb = 64;  // clamps, in MiB of fp32 gradients
-  double slack = 0.05;                // of backward_s: how much worse than the best a larger bucket may be
+  double slack = 0.05;                // of the best's reduce_s: how much more a larger bucket may expose
 };
 
 struct BucketPrediction {

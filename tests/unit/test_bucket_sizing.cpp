@@ -56,19 +56,30 @@ TEST_CASE("predict_buckets simulates the plan: ready times, one bucket after ano
   CHECK(p.exposed_s == Approx(0.4575));
 }
 
-TEST_CASE("slow link, long backward: small buckets (the largest within 5% of backward of the best)") {
-  // Best: 41.25 ms (0.25 to 0.5 MiB); limit 41.25 + 50 = 91.25 ms; 1 MiB predicts 82.5 ms, 1.5 MiB
-  // 92.5 ms ([10s,16s) 0.375 -> 0.5725; [4s,10s) 0.75 -> 0.9475; [s,4s) -> 1.05125; [0,s) -> 1.0925).
+TEST_CASE("slow link, long backward: small buckets (the largest within 5% of the reduction of the best)") {
+  // Best: 41.25 ms at 0.25 MiB (16 x 41.25 = 660 ms of reduction); 0.375 and 0.5 MiB expose the
+  // same (the final segment alone: 0.5 MiB = 9 buckets, 7 x 72.5 + 2 x 41.25 = 590 ms); limit
+  // 41.25 + 0.05 x 660 = 74.25 ms; 0.75 and 1 MiB predict 82.5 ms, 1.5 MiB 92.5 ms ([10s,16s)
+  // 0.375 -> 0.5725; [4s,10s) 0.75 -> 0.9475; [s,4s) -> 1.05125; [0,s) -> 1.0925).
   const BucketSizing in = fixture(0.010, 8 * kMiB);
+  CHECK(predict_buckets(in, bucket_mb_to_elems(0.5)).exposed_s == Approx(0.04125));
+  CHECK(predict_buckets(in, bucket_mb_to_elems(0.5)).reduce_s == Approx(0.59));
+  CHECK(predict_buckets(in, bucket_mb_to_elems(0.75)).exposed_s == Approx(0.0825));
   CHECK(predict_buckets(in, bucket_mb_to_elems(1.5)).exposed_s == Approx(0.0925));
   const BucketPrediction c = choose_bucket_size(in);
-  CHECK(c.bucket_mb == 1.0);
-  CHECK(c.buckets == 5);
-  // A shorter backward leaves the link behind: the same link at 0.25 s gets no bucket that
-  // keeps up, and the choice is no larger.
+  CHECK(c.bucket_mb == 0.5);
+  CHECK(c.buckets == 9);
+  // A short backward leaves the link behind (0.25 s of backward, >= 0.52 s of reduction): the wire
+  // runs from the first bucket to the end, so fewer buckets (less alpha) win, near
+  // G * sqrt(alpha / B) = 4 MiB * 0.2 = 0.8 MiB. 1.5 MiB: [10s,16s) ready 0.09375 -> 0.29125;
+  // [4s,10s) -> 0.48875; [s,4s) -> 0.5925; [0,s) -> 0.63375: 383.75 ms exposed. The best is
+  // 0.75 MiB (356.875 ms, 560 ms of reduction): limit 384.875 ms; 2 MiB predicts 405 ms.
   BucketSizing shorter = in;
   shorter.backward_s = 0.25;
-  CHECK(choose_bucket_size(shorter).bucket_mb <= 1.0);
+  const BucketPrediction s = choose_bucket_size(shorter);
+  CHECK(s.bucket_mb == 1.5);
+  CHECK(s.exposed_s == Approx(0.38375));
+  CHECK(predict_buckets(shorter, bucket_mb_to_elems(0.75)).exposed_s == Approx(0.356875));
 }
 
 TEST_CASE("fast link: one big bucket (the first candidate that holds the whole buffer)") {
@@ -84,9 +95,9 @@ TEST_CASE("the clamps bound the choice") {
   fast.max_mb = 2;
   CHECK(choose_bucket_size(fast).bucket_mb == 2.0);
   BucketSizing slow = fixture(0.010, 8 * kMiB);
-  slow.min_mb = 3;  // 3 MiB predicts 280 ms, 4 MiB 457.5 ms (> 280 + 50)
+  slow.min_mb = 3;  // 3 MiB predicts 280 ms (530 ms of reduction), 4 MiB 457.5 ms (> 280 + 26.5)
   CHECK(choose_bucket_size(slow).bucket_mb == 3.0);
-  slow.min_mb = 1.5;  // best 92.5 ms (1.5 MiB); 2 MiB predicts 207.5 ms
+  slow.min_mb = 1.5;  // best 92.5 ms (1.5 MiB, 540 ms of reduction); 2 MiB predicts 207.5 ms
   CHECK(choose_bucket_size(slow).bucket_mb == 1.5);
 }
 
