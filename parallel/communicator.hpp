@@ -38,6 +38,11 @@ class Request {
  public:
   virtual ~Request() = default;
   virtual void wait() = 0;
+  // After wait(): the seconds the operation itself ran (from when it started moving data to its
+  // completion, not counting time queued behind earlier operations), or < 0 where the
+  // implementation does not know it. MpiCommunicator's i* collectives know it: they time the call
+  // on the worker thread that runs it.
+  virtual double run_seconds() const { return -1; }
 };
 using RequestPtr = std::unique_ptr<Request>;
 

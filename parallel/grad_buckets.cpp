@@ -40,8 +40,11 @@ void GradBuckets::grads_ready_from(size_t offset) {
 double GradBuckets::finish() {
   grads_ready_from(0);
   auto t0 = std::chrono::steady_clock::now();
+  reduce_s_ = 0;
   for (RequestPtr& r : pending_) {
     r->wait();
+    const double ran = r->run_seconds();
+    reduce_s_ = reduce_s_ < 0 || ran < 0 ? -1 : reduce_s_ + ran;
     r.reset();
   }
   next_ = 0;

@@ -37,6 +37,11 @@ class GradBuckets {
   // Launches what is left and waits for every bucket; returns the seconds spent waiting here (the
   // communication that backward did not hide).
   double finish();
+  // The seconds the last finish()'s bucket reductions themselves ran, summed over the buckets
+  // (they run one after another on the communicator's worker), or < 0 where the communicator
+  // does not time them (Request::run_seconds). With finish()'s wait: the fraction of the
+  // reduction backward hid is 1 - wait / reduce_seconds.
+  double reduce_seconds() const { return reduce_s_; }
 
   const BucketPlan& plan() const { return plan_; }
   // The summed gradients of this rank's owned ranges, packed in their order (the gradient buffer
@@ -56,6 +61,7 @@ class GradBuckets {
   BucketPlan plan_;
   std::vector<RequestPtr> pending_;  // per bucket
   size_t next_ = 0;                  // next bucket to launch
+  double reduce_s_ = -1;             // see reduce_seconds()
   TypedPtr shard_;
 };
 

@@ -4,6 +4,7 @@
 
 #include "parallel/watchdog.hpp"
 
+#include <chrono>
 #include <climits>
 #include <exception>
 #include <stdexcept>
@@ -23,11 +24,13 @@ struct WorkerRequest final : Request {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  double ran_s = -1;  // set by the worker before `done`
   void wait() override {
     std::unique_lock<std::mutex> lk(mu);
     cv.wait(lk, [&] { return done; });
     if (error) std::rethrow_exception(error);
   }
+  double run_seconds() const override { return ran_s; }
 };
 
 struct MpiRequest final : Request {
@@ -214,12 +217,15 @@ RequestPtr MpiCommunicator::post(std::function<void(MPI_Comm)> op) {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back([this, r, op = std::move(op)] {
       std::exception_ptr err;
+      const auto t0 = std::chrono::steady_clock::now();  // two clock reads: nothing the call notices
       try {
         op(worker_comm_);
       } catch (...) {
         err = std::current_exception();
       }
+      const double ran = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::lock_guard<std::mutex> lk2(r->mu);
+      r->ran_s = ran;
       r->error = err;
       r->done = true;
       r->cv.notify_all();

@@ -1,6 +1,7 @@
 // `loom train RECIPE`: every rank loads and checks the recipe and builds its trainer; the ranks
 // agree on the first error before anything runs (printed once, every rank exits 2). An error
 // after that point aborts the whole job (exit 1), so no rank is left waiting for another.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -50,11 +51,14 @@ void print_summary(const TrainSummary& s, const Recipe& r, int status) {
   if (s.final_val_loss >= 0) std::snprintf(val, sizeof val, ", val loss %.4f", s.final_val_loss);
   char from[64] = "";
   if (s.start_step > 0) std::snprintf(from, sizeof from, " (resumed at step %lld)", (long long)s.start_step);
-  char rate[64] = "";
+  char rate[64] = "", hidden[96] = "";
+  if (s.grad_reduce_s > 0 && r.parallel.dp > 1)
+    std::snprintf(hidden, sizeof hidden, " (of %.1f ms of reduction: %.0f%% hidden)", s.grad_reduce_s * 1e3,
+                  100 * std::clamp(1 - s.comm_wait_s / s.grad_reduce_s, 0.0, 1.0));
   if (s.tokens_per_s > 0) std::snprintf(rate, sizeof rate, ", %.0f tokens/s", s.tokens_per_s);
   std::printf("loom: trained %lld steps this session, to step %lld%s, final loss %.4f%s%s, gradient reduction not "
-              "hidden: %.1f ms in all, checkpoint stalls %.1f ms in all\n",
-              (long long)ran, (long long)s.steps, from, s.final_loss, val, rate, s.comm_wait_s * 1e3,
+              "hidden: %.1f ms in all%s, checkpoint stalls %.1f ms in all\n",
+              (long long)ran, (long long)s.steps, from, s.final_loss, val, rate, s.comm_wait_s * 1e3, hidden,
               s.checkpoint_stall_s * 1e3);
 }
 

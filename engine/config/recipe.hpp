@@ -21,7 +21,7 @@ struct ParallelConfig {
   int pp = 1;
   int dp = 0;  // 0 means "auto": world / (tp * pp), resolved by resolve_world()
   std::string pp_layers = "auto";   // blocks per pipeline stage: "auto" (n_layer / pp each) or "3,5"
-  double bucket_mb = 25.0;          // gradient all-reduce bucket size (MiB of fp32 gradients)
+  double bucket_mb = 25.0;          // gradient all-reduce bucket size (MiB of fp32 gradients); 0 means "auto"
   int zero = 0;                     // ZeRO stage: 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp
   bool prefetch = true;             // zero 3: gather the next unit during the current one
   std::string grad_reduce_dtype = "fp32";  // fp32 | bf16: the dtype gradients cross the dp group in

@@ -27,7 +27,7 @@ std::vector<Field> make_fields() {
       {"parallel", "pp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, pp), "pipeline-parallel degree; must divide n_layer"},
       {"parallel", "dp", K::IntOrAuto, 1, 1 << 20, {}, LOOM_MEMBER(parallel, dp), "data-parallel degree, or auto = world / (tp*pp)"},
       {"parallel", "pp_layers", K::String, 0, 0, {}, LOOM_MEMBER(parallel, pp_layers), "blocks per pipeline stage: auto (n_layer/pp each) or a list such as \"3,5\" (pp entries summing to n_layer)"},
-      {"parallel", "bucket_mb", K::Float, 1e-6, 1e6, {}, LOOM_MEMBER(parallel, bucket_mb), "gradient reduction bucket size in MiB (of fp32 gradients)"},
+      {"parallel", "bucket_mb", K::FloatOrAuto, 1e-6, 1e6, {}, LOOM_MEMBER(parallel, bucket_mb), "gradient reduction bucket size in MiB (of fp32 gradients), or auto: chosen after the second step from a timed probe of the dp link and the measured backward time (zero 0 and 1; zero 2 and 3 keep 25; docs/parallelism.md \"Bucket size\")"},
       {"parallel", "zero", K::Int, 0, 3, {}, LOOM_MEMBER(parallel, zero), "ZeRO stage over dp: 0 replicated; 1 optimizer state and update sharded; 2 also gradients (reduce-scattered unit by unit during backward); 3 also parameters (each unit all-gathered just before use and freed after)"},
       {"parallel", "prefetch", K::Bool, 0, 0, {}, LOOM_MEMBER(parallel, prefetch), "zero 3: start gathering the next unit's parameters while the current one computes (false: gather each on demand)"},
       {"parallel", "grad_reduce_dtype", K::String, 0, 0, {"fp32", "bf16"}, LOOM_MEMBER(parallel, grad_reduce_dtype), "dtype the gradients are reduced in over the data-parallel group: fp32 (exact to fp32 rounding) or bf16 (half the bytes on the wire; each bucket rounded to bf16 before the sum and the sum rounded again)"},
@@ -109,6 +109,7 @@ std::string Field::type_name() const {
     case FieldKind::Float: return "number";
     case FieldKind::String: return "string";
     case FieldKind::IntOrAuto: return "integer or auto";
+    case FieldKind::FloatOrAuto: return "number or auto";
     case FieldKind::Bool: return "true | false";
   }
   return "?";
@@ -138,6 +139,10 @@ std::string field_value_string(const Field& f, const Recipe& rc) {
     case FieldKind::Int64: return std::to_string(*static_cast<int64_t*>(p));
     case FieldKind::UInt64: return std::to_string(*static_cast<uint64_t*>(p));
     case FieldKind::Float: return format_double(*static_cast<double*>(p));
+    case FieldKind::FloatOrAuto: {
+      const double v = *static_cast<double*>(p);
+      return v == 0 ? "auto" : format_double(v);
+    }
     case FieldKind::IntOrAuto: {
       int v = *static_cast<int*>(p);
       return v == 0 ? "auto" : std::to_string(v);

@@ -9,7 +9,7 @@
 
 namespace loom {
 
-enum class FieldKind { Int, Int64, UInt64, Float, String, IntOrAuto, Bool };
+enum class FieldKind { Int, Int64, UInt64, Float, String, IntOrAuto, Bool, FloatOrAuto };  // *OrAuto: auto is 0
 
 struct Field {
   std::string section;

@@ -129,7 +129,7 @@ void apply(Recipe& r, const Setting& s) {
     return;
   }
   if (!v.IsScalar() || v.Scalar().empty())
-    fail(s.where, name + ": expected " + std::string(f->kind == FieldKind::Float ? "a number" : "an integer") +
+    fail(s.where, name + ": expected " + std::string(f->kind == FieldKind::Float ? "a number" : f->kind == FieldKind::FloatOrAuto ? "a number or 'auto'" : "an integer") +
                       ", got " + node_kind(v));
   const std::string text = v.Scalar();
   auto range_check = [&](double x) {
@@ -170,12 +170,19 @@ void apply(Recipe& r, const Setting& s) {
       *static_cast<uint64_t*>(p) = x;
       return;
     }
+    case FieldKind::FloatOrAuto:
+      if (text == "auto") {
+        *static_cast<double*>(p) = 0;
+        return;
+      }
+      [[fallthrough]];
     case FieldKind::Float: {
       errno = 0;
       char* end = nullptr;
       double x = std::strtod(text.c_str(), &end);
       if (end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(x))
-        fail(s.where, name + ": expected a finite number, got '" + text + "'");
+        fail(s.where, name + ": expected a finite number" + (f->kind == FieldKind::FloatOrAuto ? " or 'auto'" : "") +
+                          ", got '" + text + "'");
       range_check(x);
       *static_cast<double*>(p) = x;
       return;

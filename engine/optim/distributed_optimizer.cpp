@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <stdexcept>
 
 #include "engine/optim/owned_pieces.hpp"
 
@@ -10,7 +13,13 @@ namespace loom {
 
 DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model, parallel::ProcessGroups& groups,
                                            DistOptimConfig config)
-    : be_(backend), model_(std::move(model)), groups_(groups), zero_(config.zero), clip_(config.grad_clip) {
+    : be_(backend),
+      model_(std::move(model)),
+      groups_(groups),
+      zero_(config.zero),
+      clip_(config.grad_clip),
+      config_(config),
+      bucket_elems_(config.bucket_elems) {
   const ParamTable& table = *model_.table;
   // Tied tensors (wte on a pipeline's first and last stages) are summed over the embedding group
   // first; their buckets are launched only after that (they sit at the start of the buffer).
@@ -18,11 +27,6 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
     for (const ParamInfo& p : table.params())
       if (p.tied) tied_end_ = std::max(tied_end_, p.offset + p.numel);
   parallel::Communicator& dp = groups_.device_dp();
-  auto alloc = [this](DType t, size_t n) {
-    TypedPtr p = be_.alloc(t, n);
-    owned_.push_back(p.data);
-    return p;
-  };
   if (zero_ >= 2) {
     // Unit by unit: every unit boundary is a bucket boundary (sharded_state.hpp).
     std::vector<size_t> starts;
@@ -40,23 +44,114 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
     make_adamw(config);
     return;
   }
-  const std::vector<parallel::Range> buckets =
-      parallel::plan_buckets(table.total(), config.bucket_elems, model_.ready_points);
-  plan_ = parallel::plan_bucket_shards(table.total(), buckets, zero_ >= 1, dp.size(), dp.rank());
-  if (config.reduce_dtype == DType::f32) {
-    buckets_ = std::make_unique<parallel::GradBuckets>(dp, model_.grads, plan_, alloc);
-  } else {
-    reduce_buf_ = alloc(config.reduce_dtype, table.total());
+  if (config.reduce_dtype != DType::f32) {
+    reduce_buf_ = TypedPtr(alloc_owned(config.reduce_dtype, table.total()), config.reduce_dtype);
     converted_from_ = table.total();
-    buckets_ = std::make_unique<parallel::GradBuckets>(dp, reduce_buf_, plan_, alloc);
-    const size_t owned = plan_.owned_size;
-    reduce_bytes_ = table.total() * dtype_size(config.reduce_dtype);
-    if (plan_.sharded) {
-      owned32_ = alloc(DType::f32, std::max<size_t>(owned, 1)).as<float>();  // a rank may own nothing
-      reduce_bytes_ += owned * (dtype_size(config.reduce_dtype) + sizeof(float));
-    }
   }
+  make_buckets();
   make_adamw(config);
+}
+
+void* DistributedOptimizer::alloc_owned(DType t, size_t n) {
+  void* p = be_.alloc(t, n).data;
+  owned_.push_back(p);
+  return p;
+}
+
+void DistributedOptimizer::release_owned(void* p) {
+  if (!p) return;
+  owned_.erase(std::remove(owned_.begin(), owned_.end(), p), owned_.end());
+  be_.release(p);
+}
+
+void DistributedOptimizer::make_buckets() {
+  const size_t total = model_.table->total();
+  parallel::Communicator& dp = groups_.device_dp();
+  plan_ = parallel::plan_bucket_shards(total, parallel::plan_buckets(total, bucket_elems_, model_.ready_points),
+                                       zero_ >= 1, dp.size(), dp.rank());
+  auto alloc = [this](DType t, size_t n) { return TypedPtr(alloc_owned(t, n), t); };
+  if (!reduce_buf_) {
+    buckets_ = std::make_unique<parallel::GradBuckets>(dp, model_.grads, plan_, alloc);
+    return;
+  }
+  buckets_ = std::make_unique<parallel::GradBuckets>(dp, reduce_buf_, plan_, alloc);
+  const size_t owned = plan_.owned_size;
+  reduce_bytes_ = total * dtype_size(config_.reduce_dtype);
+  if (plan_.sharded) {
+    owned32_ = static_cast<float*>(alloc_owned(DType::f32, std::max<size_t>(owned, 1)));  // a rank may own nothing
+    reduce_bytes_ += owned * (dtype_size(config_.reduce_dtype) + sizeof(float));
+  }
+}
+
+void DistributedOptimizer::resize_buckets(size_t bucket_elems) {
+  if (sharded_) throw std::logic_error("resize_buckets: ZeRO-2/3 keep the plan their shards are laid out by");
+  if (bucket_elems == bucket_elems_) return;
+  const size_t total = model_.table->total();
+  // ZeRO-1: the moments are packed by the plan's ownership; every rank takes the full moments
+  // (collective) and keeps its new parts.
+  std::vector<float> m, v;
+  if (plan_.sharded) {
+    m.resize(total);
+    v.resize(total);
+    export_moments(m.data(), v.data());
+  }
+  if (plan_.sharded) release_owned(buckets_->owned_grads_typed().data);  // the old shard buffer
+  buckets_.reset();
+  release_owned(owned32_);
+  owned32_ = nullptr;
+  bucket_elems_ = bucket_elems;
+  make_buckets();
+  if (plan_.sharded) {
+    adamw_.reset();
+    offload_.reset();
+    make_adamw(config_);
+    import_moment(0, 0, total, m.data());
+    import_moment(1, 0, total, v.data());
+  }
+}
+
+double DistributedOptimizer::reduce_seconds() const {
+  return sharded_ ? sharded_->reduce_seconds() : buckets_->reduce_seconds();
+}
+
+DistributedOptimizer::AutoBuckets DistributedOptimizer::auto_size_buckets(double backward_s) {
+  AutoBuckets a;
+  const size_t total = model_.table->total();
+  const DType wire = reduce_buf_ ? config_.reduce_dtype : DType::f32;
+  // 64 KiB, 512 KiB, 4 MiB: alpha from the small calls, beta from the large (the buckets'
+  // sizes lie in between); 3 repeats each. About 0.3 s at 1 Gbit, milliseconds on a node.
+  const std::vector<size_t> sizes = {size_t(64) << 10, size_t(512) << 10, size_t(4) << 20};
+  const size_t largest = sizes.back() / dtype_size(wire) + size_t(groups_.device_dp().size());
+  // LOOM_BUCKET_LINK=ALPHA_MS:GB_S replaces the probe (tests, and "what if the link were ..."); every
+  // rank must be given the same.
+  double env_alpha_ms = 0, env_gb_s = 0;
+  if (const char* e = std::getenv("LOOM_BUCKET_LINK"); e && std::sscanf(e, "%lf:%lf", &env_alpha_ms, &env_gb_s) == 2 &&
+                                                        env_gb_s > 0) {
+    a.probe.link = parallel::LinkModel{env_alpha_ms / 1e3, env_gb_s * 1e9};
+  } else {
+    TypedPtr scratch = be_.alloc(wire, 2 * largest);
+    try {
+      a.probe = parallel::probe_link(groups_.device_dp(), groups_.dp(), scratch, plan_.sharded, sizes, 3,
+                                     [this] { be_.synchronize(); });
+    } catch (...) {
+      be_.release(scratch.data);
+      throw;
+    }
+    be_.release(scratch.data);
+  }
+  float slowest = float(backward_s);  // float: an exact Max; the same bits on every dp rank
+  groups_.dp().all_reduce(&slowest, 1, parallel::ReduceOp::Max);
+  a.backward_s = slowest;
+  parallel::BucketSizing in;
+  in.n = total;
+  in.wire_bytes = dtype_size(wire);
+  in.ready_points = model_.ready_points;
+  in.backward_s = a.backward_s;
+  in.link = a.probe.link;
+  a.before = parallel::predict_buckets(in, bucket_elems_);
+  a.chosen = parallel::choose_bucket_size(in);
+  resize_buckets(a.chosen.bucket_elems);
+  return a;
 }
 
 void DistributedOptimizer::make_adamw(const DistOptimConfig& config) {

@@ -28,7 +28,9 @@
 #include "engine/optim/offload_adamw.hpp"
 #include "engine/optim/sharded_state.hpp"
 #include "kernels/backend.hpp"
+#include "parallel/bucket_sizing.hpp"
 #include "parallel/grad_buckets.hpp"
+#include "parallel/link_probe.hpp"
 #include "parallel/process_groups.hpp"
 
 namespace loom {
@@ -91,8 +93,29 @@ class DistributedOptimizer {
   // this rank owns them (a checkpoint loads tensor by tensor).
   void import_moment(int which, size_t begin, size_t n, const float* part);
 
+  // The seconds the last reduce_grads()'s dp reductions themselves ran (summed over buckets,
+  // timed where they run), or < 0 where the communicator does not time them (NCCL).
+  double reduce_seconds() const;
+
+  // parallel.bucket_mb: auto (parallel/bucket_sizing.hpp has the model). Collective over dp,
+  // between steps: probes the dp link with the buckets' own collective, takes the slowest dp
+  // rank's `backward_s`, chooses the size and re-plans the buckets at it (ZeRO-1's moments move to
+  // their new owners through export/import). Every rank of the dp group decides the same bits.
+  // ZeRO-2/3 keep their construction plan (the sharded parameters and gradient shards are laid
+  // out by it): can_resize_buckets() is false there.
+  struct AutoBuckets {
+    parallel::LinkProbe probe;
+    double backward_s = 0;                   // the slowest dp rank's
+    parallel::BucketPrediction chosen, before;  // the model's prediction at the new and the old size
+  };
+  AutoBuckets auto_size_buckets(double backward_s);
+  bool can_resize_buckets() const { return !sharded_; }
+  // Re-plans the zero 0/1 buckets at `bucket_elems` (collective over dp at zero 1).
+  void resize_buckets(size_t bucket_elems);
+
   int zero_stage() const { return zero_; }
   size_t bucket_count() const { return plan_.buckets.size(); }
+  size_t bucket_elems() const { return bucket_elems_; }
   // Optimizer state in device memory (0 with offload) and in host memory (offload: master,
   // moments and gradient staging).
   size_t state_bytes() const { return adamw_ ? adamw_->state_bytes() : 0; }
@@ -120,6 +143,8 @@ class DistributedOptimizer {
   int zero_;
   double clip_;
   size_t tied_end_ = 0;  // gradients below this offset wait for the embedding group's sum
+  DistOptimConfig config_;
+  size_t bucket_elems_;
   parallel::BucketPlan plan_;
   std::unique_ptr<parallel::GradBuckets> buckets_;  // ZeRO 0 and 1
   std::unique_ptr<ShardedState> sharded_;           // ZeRO 2 and 3
@@ -134,6 +159,9 @@ class DistributedOptimizer {
   size_t reduce_bytes_ = 0;
   std::vector<void*> owned_;  // backend memory this object allocated
   void convert_ready(size_t from);
+  void make_buckets();  // zero 0/1: plan_, buckets_ and the bf16 buffers at bucket_elems_
+  void* alloc_owned(DType t, size_t n);
+  void release_owned(void* p);
   void make_adamw(const DistOptimConfig& config);
   // The reduced fp32 gradients of the owned ranges, packed (see GradBuckets::owned_grads).
   float* owned_grads();

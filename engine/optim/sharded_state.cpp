@@ -205,7 +205,11 @@ void ShardedState::start_reduction(int u) {
 
 void ShardedState::complete(Reduction& r) {
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& q : r.reqs) q->wait();
+  for (auto& q : r.reqs) {
+    q->wait();
+    const double ran = q->run_seconds();
+    reduced_s_ = reduced_s_ < 0 || ran < 0 ? -1 : reduced_s_ + ran;
+  }
   waited_s_ += seconds_since(t0);
   const size_t n = unit_shard_size_[size_t(r.unit)];
   float* shard = grad_shard_ + unit_shard_begin_[size_t(r.unit)];
@@ -247,6 +251,8 @@ double ShardedState::finish_reductions() {
   while (!reductions_.empty()) complete_oldest();
   const double waited = waited_s_;
   waited_s_ = 0;
+  last_reduced_s_ = reduced_s_;
+  reduced_s_ = 0;
   return waited;
 }
 

@@ -75,6 +75,9 @@ class ShardedState final : public UnitStorage {
   // After the step's last backward: reduces the deferred (tied) unit and waits for every
   // reduction. Returns the seconds spent waiting. The gradient shard is complete afterwards.
   double finish_reductions();
+  // The seconds the gradient reduce-scatters finished by the last finish_reductions() ran
+  // (Request::run_seconds, summed), or < 0 where the communicator does not time them.
+  double reduce_seconds() const { return last_reduced_s_; }
   float* grad_shard() { return grad_shard_; }
   // ZeRO-3: the packed fp32 master shard the optimizer updates; master_updated() after an update
   // refreshes the compute-dtype copy the gathers read.
@@ -127,6 +130,8 @@ class ShardedState final : public UnitStorage {
   std::vector<Reduction> reductions_;              // in flight, oldest first
   BufferCache weights_cache_, grads_cache_, staging_cache_;
   double waited_s_ = 0;
+  double reduced_s_ = 0;
+  double last_reduced_s_ = -1;  // the reduce-scatters' own run time since the last finish_reductions (< 0: untimed)
 };
 
 }  // namespace loom

@@ -1,5 +1,6 @@
 #include "engine/train/step_logger.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -21,8 +22,8 @@ void add_comm_fields(const parallel::CommVolume& v, std::vector<std::pair<std::s
   fields.emplace_back("comm_wire_mb", double(v.total_wire()) / 1e6);
 }
 
-// loss/loss, loss/val_loss, comm/<what> for comm_<what>_mb, perf/<key> for the rest (comm_wait_ms
-// included: a time).
+// loss/loss, loss/val_loss, comm/<what> for comm_<what>_mb, perf/<key> for the rest (comm_wait_ms,
+// grad_reduce_ms and grad_reduce_hidden included).
 std::string tensorboard_tag(const std::string& key) {
   if (key == "loss" || key == "val_loss") return "loss/" + key;
   if (key.rfind("comm_", 0) == 0 && key != "comm_wait_ms") return "comm/" + key.substr(5);
@@ -49,6 +50,7 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
                                {"step_ms", s.step_s * 1e3},
                                {"data_wait_ms", s.data_wait_s * 1e3},
                                {"comm_wait_ms", s.comm_wait_s * 1e3},
+                               {"backward_ms", s.backward_s * 1e3},
                                {"slowest_rank", double(h.slowest_rank)},
                                {"slowest_step_ms", h.slowest_ms},
                                {"straggler_lag_ms", h.slowest_ms - h.median_ms},
@@ -59,6 +61,10 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
                                  {"gpu_mem_max_mb", h.gpu_mem_max_mb},
                                  {"gpu_power_max_w", h.gpu_power_max_w},
                                  {"gpu_temp_max_c", h.gpu_temp_max_c}});
+  // The fraction of the gradient reduction that backward hid: 1 - exposed wait / reduction time.
+  const bool timed = s.grad_reduce_s > 0;
+  const double hidden = timed ? std::clamp(1.0 - s.comm_wait_s / s.grad_reduce_s, 0.0, 1.0) : 0;
+  if (timed) fields.insert(fields.end(), {{"grad_reduce_ms", s.grad_reduce_s * 1e3}, {"grad_reduce_hidden", hidden}});
   if (s.comm.total_calls() > 0) add_comm_fields(s.comm, fields);
   if (s.loss_scale > 0) fields.emplace_back("loss_scale", s.loss_scale);
   if (s.skipped) fields.emplace_back("skipped", 1);
@@ -73,16 +79,17 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - rates_.started).count();
   const double per_step = elapsed / double(s.step + 1 - rates_.start_step);
   const double eta_s = per_step * double(rates_.total_steps - s.step - 1);
-  char val[32] = "", eta[32];
+  char val[32] = "", eta[32], reduce[64] = "";
+  if (timed) std::snprintf(reduce, sizeof reduce, " of %.1f ms reduction (%.0f%% hidden)", s.grad_reduce_s * 1e3, 100 * hidden);
   if (s.val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", s.val_loss);
   if (eta_s >= 3600)
     std::snprintf(eta, sizeof eta, "%dh%02dm", int(eta_s / 3600), int(eta_s / 60) % 60);
   else
     std::snprintf(eta, sizeof eta, "%dm%02ds", int(eta_s / 60), int(eta_s) % 60);
   std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms | "
-              "data wait %.1f ms | comm wait %.1f ms | mem %.0f MB | slowest rank %d +%.0f ms | ETA %s%s\n",
+              "data wait %.1f ms | comm wait %.1f ms%s | mem %.0f MB | slowest rank %d +%.0f ms | ETA %s%s\n",
               (long long)s.step + 1, (long long)rates_.total_steps, s.loss, val, s.lr, s.grad_norm, tok_s, 100 * mfu,
-              s.step_s * 1e3, s.data_wait_s * 1e3, s.comm_wait_s * 1e3, h.rss_mb, h.slowest_rank,
+              s.step_s * 1e3, s.data_wait_s * 1e3, s.comm_wait_s * 1e3, reduce, h.rss_mb, h.slowest_rank,
               h.slowest_ms - h.median_ms, eta, s.skipped ? " | SKIPPED (non-finite)" : "");
   std::fflush(stdout);
 }

@@ -27,6 +27,8 @@ struct StepRecord {
   // What this rank's device groups moved during the step (ProcessGroups::device_volume() after
   // minus before). Logged when it counted any call; rank 0's figures.
   parallel::CommVolume comm{};
+  double backward_s = 0;      // the last micro-batch's backward (what the zero 0/1 buckets overlap)
+  double grad_reduce_s = -1;  // the dp gradient reductions' own run time (< 0: untimed, or dp 1: not logged)
 };
 
 // What the logger derives throughput and the ETA from.

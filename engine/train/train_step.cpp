@@ -1,5 +1,6 @@
 #include "engine/train/train_step.hpp"
 
+#include <chrono>
 #include <cmath>
 
 #include "parallel/pipeline_schedule.hpp"
@@ -36,10 +37,13 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
     const size_t off = size_t(i) * B * T;
     loss += model.forward(i % slots, batch.tokens.data() + off, batch.targets.data() + off, dloss);
   };
+  double backward_s = 0;
   work.backward = [&](int i) {
     TraceRecorder::Span span(&trace_, "backward", "compute", i);
     model.set_hooks(i + 1 == accum && s_.overlap_grad_reduce ? overlap : ModelHooks{});
+    const auto t0 = std::chrono::steady_clock::now();
     model.backward(i % slots);
+    if (i + 1 == accum) backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   work.input = [&](int i) { return model.input(i % slots); };
   work.output = [&](int i) { return model.output(i % slots); };
@@ -57,6 +61,8 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   {
     TraceRecorder::Span span(&trace_, "gradient reduction wait", "communication");
     r.comm_wait_s = optim_.reduce_grads();
+    r.reduce_s = optim_.reduce_seconds();
+    r.backward_s = backward_s;
   }
   if (poison_grads) optim_.poison_grads();
   {

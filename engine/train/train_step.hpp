@@ -18,6 +18,9 @@ struct StepResult {
   double loss = 0;         // mean over the global batch, the same on every rank
   double grad_norm = 0;    // before clipping, the same on every rank
   double comm_wait_s = 0;  // gradient reduction not hidden behind backward
+  double reduce_s = -1;    // the dp gradient reductions' own run time, summed (< 0: not timed, e.g. NCCL)
+  double backward_s = 0;   // the last micro-batch's backward call, host time (the one the zero 0/1 buckets
+                           // overlap; the CPU backend computes synchronously, CUDA's is launch time)
   bool skipped = false;    // non-finite loss or norm: no update (the batch is consumed, as in Megatron)
   bool overflow = false;   // fp16: the scaled gradients overflowed (skipped; the loss scale backed off)
   double loss_scale = 1;   // the loss scale this step used (1 without fp16)

@@ -132,7 +132,8 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
     const auto& o = r_.optim;
     DistOptimConfig cfg;
     cfg.zero = r_.parallel.zero;
-    cfg.bucket_elems = std::max<size_t>(1, size_t(r_.parallel.bucket_mb * (1 << 20) / sizeof(float)));
+    // bucket_mb auto (0): the numeric default until the decision after the session's second step.
+    cfg.bucket_elems = parallel::bucket_mb_to_elems(r_.parallel.bucket_mb > 0 ? r_.parallel.bucket_mb : kAutoStartBucketMb);
     cfg.adamw = AdamWHyper{o.beta1, o.beta2, o.eps, o.weight_decay};
     cfg.grad_clip = o.grad_clip;
     cfg.reduce_dtype = r_.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
@@ -250,6 +251,10 @@ TrainSummary Trainer::run() {
                                       faults_.overflow_steps.count(step + 1) > 0);
     const parallel::CommVolume comm = groups_.device_volume() - comm_before;
     summary.comm_wait_s += res.comm_wait_s;
+    if (res.reduce_s >= 0 && summary.grad_reduce_s >= 0)
+      summary.grad_reduce_s += res.reduce_s;
+    else
+      summary.grad_reduce_s = -1;
     guard.after_step(step, res);
     if (res.skipped) ++summary.skipped_steps;
     backend_->synchronize();
@@ -262,6 +267,8 @@ TrainSummary Trainer::run() {
     const bool last = done == r_.train.steps || done == r_.train.stop_at_step || guard.too_many_bad() ||
                       vote.stop_now || vote.log_failed;
     StepRecord rec{step, res.loss, -1, lr, res.grad_norm, dt, 0, res.comm_wait_s, res.skipped};
+    rec.backward_s = res.backward_s;
+    if (r_.parallel.dp > 1) rec.grad_reduce_s = res.reduce_s;
     rec.loss_scale = scaler_->enabled() ? res.loss_scale : 0;
     rec.comm = comm;
     if (!val_batches_.empty() && !guard.too_many_bad() && due(r_.log.eval_every, done, last)) {
@@ -295,6 +302,9 @@ TrainSummary Trainer::run() {
     if (r_.log.trace && done == trace_to) write_trace();
     if (guard.too_many_bad()) fail_non_finite(done, guard);
     if (last) break;
+    // bucket_mb auto: decided between the session's second and third steps (the first warms up),
+    // on every rank at once (the same step, the same `last`).
+    if (r_.parallel.bucket_mb == 0 && step == start + 1) size_buckets(res.backward_s);
   }
   finish_run(summary, timed_s);
   return summary;
@@ -352,6 +362,41 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
   if (run_record_)
     run_record_->finish(summary.steps, exit_status(summary),
                         summary.stopped_early.empty() ? "" : "stopped early: " + summary.stopped_early);
+}
+
+void Trainer::size_buckets(double backward_s) {
+  const double from_mb = double(optim_->bucket_elems()) * sizeof(float) / double(1 << 20);
+  const char* kept = r_.parallel.dp == 1                   ? "dp 1 reduces nothing"
+                     : !optim_->can_resize_buckets()         ? "zero 2 and 3 lay their shards out by the buckets they start with"
+                     : !r_.parallel.overlap_grad_reduce      ? "overlap_grad_reduce is false: no bucket starts before backward ends"
+                                                             : nullptr;
+  if (kept) {
+    if (rank_ == 0) std::printf("loom: gradient buckets: %g MiB (auto: kept, %s)\n", from_mb, kept);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const DistributedOptimizer::AutoBuckets a = optim_->auto_size_buckets(backward_s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rank_ != 0) return;
+  std::printf("loom: gradient buckets: %g MiB (auto: dp bandwidth %.3f GB/s, latency %.3f ms%s, backward %.1f ms, "
+              "%.2f MB of gradients on the wire; predicted %zu buckets, reduction %.1f ms, exposed %.1f ms; at %g MiB: "
+              "%zu buckets, exposed %.1f ms; probe and re-plan took %.0f ms; from step %lld)\n",
+              a.chosen.bucket_mb, a.probe.link.bytes_per_s / 1e9, a.probe.link.alpha_s * 1e3,
+              a.probe.samples.empty() ? " (given by LOOM_BUCKET_LINK)" : "", a.backward_s * 1e3,
+              double(model_->table().total()) * (r_.parallel.grad_reduce_dtype == "bf16" ? 2 : 4) / 1e6,
+              a.chosen.buckets, a.chosen.reduce_s * 1e3, a.chosen.exposed_s * 1e3, from_mb, a.before.buckets,
+              a.before.exposed_s * 1e3, took * 1e3, (long long)resumed_.steps_done + 3);
+  nlohmann::json j = {{"bucket_mb", a.chosen.bucket_mb},
+                      {"dp_bandwidth_gb_s", a.probe.link.bytes_per_s / 1e9},
+                      {"dp_latency_ms", a.probe.link.alpha_s * 1e3},
+                      {"backward_ms", a.backward_s * 1e3},
+                      {"buckets", a.chosen.buckets},
+                      {"predicted_reduce_ms", a.chosen.reduce_s * 1e3},
+                      {"predicted_exposed_ms", a.chosen.exposed_s * 1e3},
+                      {"from_step", resumed_.steps_done + 3}};
+  for (const auto& [bytes, s] : a.probe.samples) j["probe"].push_back({{"bytes", bytes}, {"ms", s * 1e3}});
+  record_in_run_json("grad_buckets_auto", std::move(j));
+  std::fflush(stdout);
 }
 
 void Trainer::write_trace() {

@@ -42,6 +42,7 @@ struct TrainSummary {
   double final_val_loss = -1;  // -1: no evaluation
   double tokens_per_s = 0;     // over all steps after the first
   double comm_wait_s = 0;      // gradient reduction time not hidden behind backward, all steps
+  double grad_reduce_s = 0;    // the dp gradient reductions' own run time, all steps (< 0: not timed)
   double checkpoint_stall_s = 0;  // time the training loop was held up by checkpoint saves
   int64_t skipped_steps = 0;      // steps with a non-finite loss or gradient norm (no update)
   std::string stopped_early;      // why the run stopped before train.steps ("" if it did not)
@@ -68,6 +69,9 @@ class Trainer {
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
   bool due(int64_t every, int64_t done, bool last) const { return (every > 0 && done % every == 0) || last; }
   double save_checkpoint(int64_t done, const TrainSummary& summary, int64_t first_bad_step);
+  // parallel.bucket_mb auto: probes the dp link and re-plans the buckets (collective; rank 0 logs).
+  void size_buckets(double backward_s);
+  static constexpr double kAutoStartBucketMb = 25.0;  // bucket_mb auto: until the decision
   [[noreturn]] void fail_non_finite(int64_t done, const RunGuard& guard);
   void finish_run(TrainSummary& summary, double timed_s);
   void print_header() const;
