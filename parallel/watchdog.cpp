@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -86,6 +87,11 @@ void check_loop() {
   const auto period = std::chrono::duration<double>(std::min(0.1, s.timeout_s / 4));
   const double wait_s = std::clamp(s.timeout_s / 4, 2.0, 10.0);
   SignalWatch signal_watch;
+  // Halfway to the timeout, the watchdog asks where everyone is and warns, once per call: the
+  // diagnosis is then in the log even when something else ends the job first (the launcher
+  // noticing a lost node through its keepalive, the scheduler's time limit), and a straggler
+  // is visible before it costs the job.
+  std::array<int64_t, kSlots> warned{};  // per slot: the `since_ns` of the call it warned about
   std::unique_lock<std::mutex> lk(s.mu);
   while (!s.cv.wait_for(lk, period, [&] { return s.stopping; })) {
     serve(s);
@@ -95,11 +101,24 @@ void check_loop() {
       if (!slot.used.load(std::memory_order_acquire)) continue;
       const int64_t since = slot.since_ns.load(std::memory_order_acquire);
       const double waited = double(now - since) * 1e-9;
-      if (since == 0 || waited < s.timeout_s) continue;
+      if (since == 0 || waited < s.timeout_s / 2) continue;
       const int64_t step = s.step.load();
       const Call copy_of_slot{slot.op, slot.group, slot.channel, slot.seq, slot.collective};
       if (slot.since_ns.load(std::memory_order_acquire) != since) continue;  // completed (and reused) meanwhile
       const std::string where = step >= 0 ? "training step " + std::to_string(step + 1) : "outside the training loop";
+      const size_t slot_index = size_t(&slot - s.slots.data());
+      if (waited < s.timeout_s) {
+        if (warned[slot_index] == since) continue;
+        warned[slot_index] = since;
+        const std::string who = who_is_missing(s, copy_of_slot, wait_s);
+        std::fprintf(stderr,
+                     "loom: warning: rank %s: %s on the %s group has not completed after %.0f s (%s)%s. The job is "
+                     "aborted if it has not completed after parallel.timeout_s = %g s.\n",
+                     rank_name(s, s.rank).c_str(), copy_of_slot.op, copy_of_slot.group, waited, where.c_str(),
+                     who.c_str(), s.timeout_s);
+        std::fflush(stderr);
+        continue;
+      }
       // The side channel is MPI too: if the library itself is wedged, asking the others could
       // block. A backstop ends the process however that goes.
       const int rank = s.rank;

@@ -22,6 +22,12 @@ cd "$SRC"
 export OMP_NUM_THREADS=1
 timeout_s=10
 limit=$((timeout_s + 15))
+# The kernel setting docs/multinode.md asks of a cluster's nodes: a TCP connection with data in
+# flight to a dead peer gives up after some seconds of retransmissions (~6 s at 4, measured:
+# the job then ends ~19 s after the cut) instead of ~15 min at the default 15. Keepalive
+# (scripts/mpi_env.sh) covers idle connections only; once a rank on the cut-off node has printed
+# anything, its orted's connection to mpirun holds unacknowledged output.
+export CLUSTER_TCP_RETRIES2=${CLUSTER_TCP_RETRIES2:-4}
 cluster_up 2 1gbit 1
 remote=${CLUSTER_NODES[1]}
 run=$WORK/run
@@ -71,6 +77,10 @@ case $fault in
 esac
 echo "$fault of rank 1 (pid $victim on $remote) at $(date -u +%T.%N | cut -c1-12)"
 problems=()
+# Slurm, link cut: the cut-off node's slurmstepd cannot tell anyone the step has ended, and waits
+# for its link (it ends ~2 s after the link is back). Nothing can reach it and it holds no rank:
+# it is checked after the link is restored instead.
+if [ "$launcher" = srun ] && [ "$fault" = link_cut ]; then export CLUSTER_EXCEPT="$remote slurmstepd"; fi
 if gone=$(cluster_wait_all_gone "$t0" "$limit" $job); then
   echo "every process of the job gone ${gone} s after the fault (limit ${limit} s)"
 else
@@ -101,6 +111,15 @@ else
   problems+=("$n processes still running ${limit} s after the fault (killed by the test)")
 fi
 [ "$fault" = link_cut ] && cluster_restore_link "$remote"
+if [ -n "${CLUSTER_EXCEPT:-}" ]; then
+  unset CLUSTER_EXCEPT
+  th=$(date +%s.%N)
+  if late=$(cluster_wait_all_gone "$th" 15 $job); then
+    echo "the cut-off node's slurmstepd ended ${late} s after its link came back"
+  else
+    problems+=("$(cluster_kill_leftovers $job) processes still running 15 s after the link came back")
+  fi
+fi
 rc=""
 if [ "$launcher" = mpirun ]; then
   set +e; wait "$job"; rc=$?; set -e

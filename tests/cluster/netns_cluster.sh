@@ -252,6 +252,8 @@ cluster_all_pids() {
   for ns in "${CLUSTER_NODES[@]}"; do
     for p in $(cluster_node_pids "$ns"); do
       [ -f "$CLUSTER_DIR/daemon.pids" ] && grep -qx "$p" "$CLUSTER_DIR/daemon.pids" && continue
+      # CLUSTER_EXCEPT="NODE COMM": not that node's processes named COMM (see faults.sh).
+      [ -n "${CLUSTER_EXCEPT:-}" ] && [ "$ns $(ps -o comm= -p "$p" 2> /dev/null)" = "$CLUSTER_EXCEPT" ] && continue
       echo "$p"
     done
   done
