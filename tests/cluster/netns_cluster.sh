@@ -149,7 +149,7 @@ _cluster_trap() {
   prev=$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")
   case $prev in *_cluster_on_exit*) return ;; esac
   # shellcheck disable=SC2064
-  trap "_cluster_rc=\$?; $prev; _cluster_on_exit \$_cluster_rc" EXIT
+  trap "_cluster_rc=\$?; ${prev:+$prev;} _cluster_on_exit \$_cluster_rc" EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
 }
