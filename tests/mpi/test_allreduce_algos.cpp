@@ -18,6 +18,7 @@
 
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/mpi_world.hpp"
+#include "tests/mpi/mpi_tally.hpp"
 
 using namespace loom::parallel;
 using loom::bf16;
@@ -26,15 +27,7 @@ using loom::dtype_name;
 using loom::fp16;
 
 namespace {
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "rank %d: FAILED %s\n", rank, what.c_str());
-  }
-}
+using loom::test::check;
 
 // Sum inputs: (rank + 1) * (i % 5 + 1), sums at most 5 p (p + 1) / 2: exact in bf16 for p <= 8.
 float sum_val(size_t i, int r) { return float((r + 1) * int(i % 5 + 1)); }
@@ -187,8 +180,5 @@ int main(int argc, char** argv) {
       determinism(c, all_reduce_algo_name(a), 300001);
     }
   }
-  int f = failed, total_failed = 0;
-  MPI_Allreduce(&f, &total_failed, 1, MPI_INT, MPI_SUM, world.comm());
-  if (me == 0) std::printf("%d passed, %d failed (summed over ranks: %d)\n", passed, failed, total_failed);
-  return total_failed == 0 ? 0 : 1;
+  return loom::test::tally_exit();
 }

@@ -18,6 +18,7 @@
 #include "parallel/bucket_plan.hpp"  // even_counts
 #include "parallel/grad_buckets.hpp"
 #include "parallel/mpi_world.hpp"
+#include "tests/mpi/mpi_tally.hpp"
 #include "parallel/process_groups.hpp"
 
 using namespace loom::parallel;
@@ -27,15 +28,7 @@ using loom::dtype_name;
 using loom::fp16;
 
 namespace {
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "rank %d: FAILED %s\n", rank, what.c_str());
-  }
-}
+using loom::test::check;
 float val(size_t i, int rank) { return float((rank + 1) * int(i % 5 + 1)); }
 
 void test_collectives(MpiCommunicator& c, const std::string& name) {
@@ -335,9 +328,5 @@ int main(int argc, char** argv) {
       test_all_typed(groups.dp(), "dp group");
     }
   }
-  int local = failed, total_failed = 0, total_passed = 0;
-  MPI_Allreduce(&local, &total_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(&passed, &total_passed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world.rank() == 0) std::printf("%d passed, %d failed\n", total_passed, total_failed);
-  return total_failed == 0 ? 0 : 1;
+  return loom::test::tally_exit();
 }

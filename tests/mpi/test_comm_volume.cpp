@@ -21,6 +21,7 @@
 #include "parallel/bucket_plan.hpp"  // even_counts
 #include "parallel/counting_communicator.hpp"
 #include "parallel/mpi_world.hpp"
+#include "tests/mpi/mpi_tally.hpp"
 #include "parallel/process_groups.hpp"
 
 using namespace loom::parallel;
@@ -30,15 +31,7 @@ using loom::dtype_name;
 using loom::dtype_size;
 
 namespace {
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "rank %d: FAILED %s\n", rank, what.c_str());
-  }
-}
+using loom::test::check;
 
 // One call of kind k.
 CommVolume one_call(CommKind k, uint64_t payload, uint64_t wire) {
@@ -260,9 +253,5 @@ int main(int argc, char** argv) {
     test_refused_and_format(c, w.rank());
     test_process_groups(world.comm(), w.size(), w.rank());
   }
-  int local = failed, total_failed = 0, total_passed = 0;
-  MPI_Allreduce(&local, &total_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(&passed, &total_passed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (world.rank() == 0) std::printf("%d passed, %d failed\n", total_passed, total_failed);
-  return total_failed == 0 ? 0 : 1;
+  return loom::test::tally_exit();
 }
