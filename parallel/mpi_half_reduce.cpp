@@ -17,21 +17,23 @@ float widen1(uint16_t bits) {
   return float(v);
 }
 
-// MPI_User_function: inout[i] = in[i] (op) inout[i], on 16-bit patterns of T.
 template <typename T>
-void sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = T::from_float(widen1<T>(a[i]) + widen1<T>(b[i]));
-}
-template <typename T>
-void max_op(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    const float x = widen1<T>(a[i]), y = widen1<T>(b[i]);
-    if (std::isnan(x) || (!std::isnan(y) && x > y)) b[i] = a[i];
+void combine_half(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
+  if (op == ReduceOp::Sum) {
+    for (size_t i = 0; i < n; ++i) d[i] = T::from_float(widen1<T>(d[i]) + widen1<T>(s[i]));
+    return;
   }
+  for (size_t i = 0; i < n; ++i) {
+    const float x = widen1<T>(s[i]), y = widen1<T>(d[i]);
+    if (std::isnan(x) || (!std::isnan(y) && x > y)) d[i] = s[i];
+  }
+}
+
+// MPI_User_function: inout[i] = in[i] (op) inout[i], on 16-bit patterns of dtype T (the sum is
+// commutative bit for bit, and the max keeps `in` exactly where combine_into keeps src).
+template <DType T, ReduceOp Op>
+void user_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  combine_into(inout, in, size_t(*len), T, Op);
 }
 
 int half_index(DType t) {
@@ -82,10 +84,10 @@ MPI_Datatype mpi_datatype(DType t) {
 }
 
 HalfOps::HalfOps() {
-  mpi_check(MPI_Op_create(&sum_op<bf16>, /*commute=*/1, &ops_[0][0]), "MPI_Op_create");
-  mpi_check(MPI_Op_create(&max_op<bf16>, 1, &ops_[0][1]), "MPI_Op_create");
-  mpi_check(MPI_Op_create(&sum_op<fp16>, 1, &ops_[1][0]), "MPI_Op_create");
-  mpi_check(MPI_Op_create(&max_op<fp16>, 1, &ops_[1][1]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&user_op<DType::bf16, ReduceOp::Sum>, /*commute=*/1, &ops_[0][0]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&user_op<DType::bf16, ReduceOp::Max>, 1, &ops_[0][1]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&user_op<DType::f16, ReduceOp::Sum>, 1, &ops_[1][0]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&user_op<DType::f16, ReduceOp::Max>, 1, &ops_[1][1]), "MPI_Op_create");
 }
 
 HalfOps::~HalfOps() {
@@ -120,6 +122,24 @@ void reduce_scatter_through_fp32(MPI_Comm c, ConstTypedPtr send, TypedPtr recv, 
   widen_to_fp32(send, fs.get(), total);
   mpi_check(MPI_Reduce_scatter(fs.get(), fr.get(), cnt.data(), MPI_FLOAT, MPI_SUM, c), "MPI_Reduce_scatter");
   narrow_from_fp32(fr.get(), recv, mine);
+}
+
+void combine_into(void* dst, const void* src, size_t n, DType t, ReduceOp op) {
+  if (t == DType::f32) {
+    float* d = static_cast<float*>(dst);
+    const float* s = static_cast<const float*>(src);
+    if (op == ReduceOp::Sum) {
+      for (size_t i = 0; i < n; ++i) d[i] += s[i];
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        if (std::isnan(s[i]) || (!std::isnan(d[i]) && s[i] > d[i])) d[i] = s[i];
+    }
+    return;
+  }
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  if (t == DType::bf16) combine_half<bf16>(d, s, n, op);
+  else combine_half<fp16>(d, s, n, op);
 }
 
 }  // namespace loom::parallel

@@ -74,4 +74,9 @@ void all_reduce_through_fp32(MPI_Comm c, TypedPtr buf, size_t n, ReduceOp op);
 void reduce_scatter_through_fp32(MPI_Comm c, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
                                  int rank);
 
+// dst[i] = dst[i] (op) src[i] for i < n, both of dtype t (fp32, bf16, fp16); a bf16/fp16 Sum is
+// computed in fp32 and rounded to nearest even. The combine of the half-precision MPI user ops and of
+// the ring all-reduce (one definition, so every path rounds alike).
+void combine_into(void* dst, const void* src, size_t n, DType t, ReduceOp op);
+
 }  // namespace loom::parallel

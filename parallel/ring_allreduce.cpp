@@ -12,25 +12,6 @@
 namespace loom::parallel {
 namespace {
 
-template <typename T>
-float as_float(uint16_t bits) {
-  T v;
-  v.bits = bits;
-  return float(v);
-}
-
-template <typename T>
-void combine_half(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
-  if (op == ReduceOp::Sum) {
-    for (size_t i = 0; i < n; ++i) d[i] = T::from_float(as_float<T>(d[i]) + as_float<T>(s[i]));
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const float x = as_float<T>(s[i]), y = as_float<T>(d[i]);
-    if (std::isnan(x) || (!std::isnan(y) && x > y)) d[i] = s[i];
-  }
-}
-
 // One message of the ring: item t = step * S + segment of this rank's schedule.
 struct Span {
   size_t off = 0, count = 0;  // elements
@@ -166,24 +147,6 @@ void ring_core(MPI_Comm comm, char* base, size_t n, DType t, ReduceOp op, const 
 RingOptions default_ring_options(bool within_one_node) {
   if (within_one_node) return RingOptions{size_t(256) << 10, 4};
   return RingOptions{};
-}
-
-void combine_into(void* dst, const void* src, size_t n, DType t, ReduceOp op) {
-  if (t == DType::f32) {
-    float* d = static_cast<float*>(dst);
-    const float* s = static_cast<const float*>(src);
-    if (op == ReduceOp::Sum) {
-      for (size_t i = 0; i < n; ++i) d[i] += s[i];
-    } else {
-      for (size_t i = 0; i < n; ++i)
-        if (std::isnan(s[i]) || (!std::isnan(d[i]) && s[i] > d[i])) d[i] = s[i];
-    }
-    return;
-  }
-  uint16_t* d = static_cast<uint16_t*>(dst);
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  if (t == DType::bf16) combine_half<bf16>(d, s, n, op);
-  else combine_half<fp16>(d, s, n, op);
 }
 
 void ring_all_reduce(MPI_Comm comm, TypedPtr buf, size_t n, ReduceOp op, HalfReduce how, const RingOptions& o) {

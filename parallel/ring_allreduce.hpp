@@ -46,9 +46,5 @@ RingOptions default_ring_options(bool within_one_node = false);
 void ring_all_reduce(MPI_Comm comm, TypedPtr buf, size_t n, ReduceOp op, HalfReduce how,
                      const RingOptions& o = default_ring_options());
 
-// dst[i] = dst[i] (op) src[i] for i < n, both of dtype t (fp32, bf16, fp16); a bf16/fp16 Sum is
-// computed in fp32 and rounded to nearest even. The combine of the ring and of the hierarchical
-// all-reduce's node step.
-void combine_into(void* dst, const void* src, size_t n, DType t, ReduceOp op);
 
 }  // namespace loom::parallel
