@@ -35,6 +35,16 @@ struct CommBenchArgs {
   int in_flight = 0;                    // ring: segments in flight; 0: the default
 };
 int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv);
+struct ImportArgs {
+  std::string src, out;
+};
+int cmd_import(const ImportArgs& a, int* argc, char*** argv);
+struct ExportArgs {
+  std::string src, out;
+  std::string dtype = "fp32";  // fp32 | bf16
+  std::string vocab, merges;   // "" : from the checkpoint's run, if it used GPT-2 BPE
+};
+int cmd_export(const ExportArgs& a, int* argc, char*** argv);
 int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv);
 
 struct PlanArgs {

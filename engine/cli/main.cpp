@@ -70,6 +70,22 @@ int main(int argc, char** argv) {
   std::string ckpt_dir;
   inspect->add_option("dir", ckpt_dir, "a checkpoint directory, or a checkpoint.dir (its newest)")->required();
 
+  ImportArgs import_args;
+  CLI::App* import = app.add_subcommand(
+      "import", "pretrained weights (a Hugging Face GPT-2 directory or an llm.c .bin) as a Loom checkpoint (step 0)");
+  import->add_option("src", import_args.src, "config.json + model.safetensors directory, or llm.c gpt2_*.bin")->required();
+  import->add_option("--out", import_args.out, "the checkpoint.dir to create (must not exist or be empty)")->required();
+  ExportArgs export_args;
+  CLI::App* exp = app.add_subcommand("export", "a checkpoint (or any model Loom reads) as a Hugging Face GPT-2 directory");
+  exp->add_option("src", export_args.src, "a Loom checkpoint or checkpoint.dir (its newest), an HF directory, an llm.c .bin")
+      ->required();
+  exp->add_option("--out", export_args.out, "the directory to create (must not exist or be empty)")->required();
+  exp->add_option("--dtype", export_args.dtype, "model.safetensors' dtype")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  exp->add_option("--vocab", export_args.vocab, "GPT-2 vocab.json to include (default: the run's, if it used GPT-2 BPE)");
+  exp->add_option("--merges", export_args.merges, "GPT-2 merges.txt to include (with --vocab)");
+
   PlanArgs plan_args;
   CLI::App* plan = app.add_subcommand("plan", "predict memory, FLOPs, communication and step time; --search layouts");
   add_recipe(plan, plan_args.recipe);
@@ -145,6 +161,8 @@ int main(int argc, char** argv) {
   if (*prep) return cmd_prep(prep_opts);
   if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
   if (*inspect) return cmd_ckpt_inspect(ckpt_dir, &argc, &argv);
+  if (*import) return cmd_import(import_args, &argc, &argv);
+  if (*exp) return cmd_export(export_args, &argc, &argv);
   if (*plan) return cmd_plan(plan_args);
   std::printf("%s", app.help().c_str());
   return 0;

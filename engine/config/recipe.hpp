@@ -14,6 +14,9 @@ struct ModelConfig {
   int d_model = 768;
   int vocab_size = 50257;
   int seq_len = 1024;
+  // Start from these weights instead of random ones (a Hugging Face GPT-2 directory, an llm.c
+  // .bin or a Loom checkpoint; engine/pretrained/). A resume from checkpoint.dir comes first.
+  std::string init_from;
 };
 
 struct ParallelConfig {

@@ -22,6 +22,7 @@ std::vector<Field> make_fields() {
       {"model", "d_model", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(model, d_model), "hidden size (C)"},
       {"model", "vocab_size", K::Int, 2, kIntMax, {}, LOOM_MEMBER(model, vocab_size), "token ids are in [0, vocab_size); padded internally to a multiple of 128*tp"},
       {"model", "seq_len", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(model, seq_len), "context length (T), also the size of the position table"},
+      {"model", "init_from", K::String, 0, 0, {}, LOOM_MEMBER(model, init_from), "start from pretrained weights instead of random ones: a Hugging Face GPT-2 directory (config.json + model.safetensors), an llm.c checkpoint (.bin) or a Loom checkpoint (or checkpoint.dir: its newest); the model keys must match it (seq_len may be shorter); \"\": random init. A run that resumes from checkpoint.dir loads that instead (docs/pretrained.md)"},
 
       {"parallel", "tp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, tp), "tensor-parallel degree; must divide n_head"},
       {"parallel", "pp", K::Int, 1, 4096, {}, LOOM_MEMBER(parallel, pp), "pipeline-parallel degree; must divide n_layer"},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/config/recipe_io.hpp"
+#include "engine/pretrained/load_pretrained.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/memory_check.hpp"
 #include "engine/train/stop_request.hpp"
@@ -128,6 +129,13 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
                                    recompute_from_name(r_.train.recompute), compute_, holds);
     init.resize(model_->num_params());
     init_params(model_->table(), shape, r_.train.seed, init.data());
+    if (!m.init_from.empty()) {
+      allocating = "the pretrained weights (model.init_from)";
+      const std::unique_ptr<PretrainedSource> src = open_pretrained(m.init_from);
+      if (std::string why = pretrained_mismatch(m, *src); !why.empty())
+        throw std::runtime_error("model.init_from: " + why);
+      load_pretrained(model_->table(), shape, *src, init.data());
+    }
     allocating = "the optimizer (gradient reduction buffers and state)";
     const auto& o = r_.optim;
     DistOptimConfig cfg;

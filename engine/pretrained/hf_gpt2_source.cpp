@@ -1,0 +1,75 @@
+// A Hugging Face GPT-2 directory: config.json (hf_gpt2_config.hpp) and model.safetensors.
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "engine/pretrained/hf_gpt2_config.hpp"
+#include "engine/pretrained/hf_gpt2_names.hpp"
+#include "engine/pretrained/pretrained_source.hpp"
+#include "engine/pretrained/safetensors_file.hpp"
+
+namespace loom {
+namespace {
+
+class HfGpt2Source final : public PretrainedSource {
+ public:
+  HfGpt2Source(const std::string& dir, const HfGpt2Config& cfg)
+      : PretrainedSource(dir, cfg.model), file_(weights_path(dir)) {
+    // GPT2LMHeadModel saves "transformer.wte.weight", GPT2Model "wte.weight".
+    prefix_ = file_.find("transformer.wte.weight") ? "transformer." : "";
+  }
+  std::string format() const override { return "Hugging Face GPT-2"; }
+
+ protected:
+  std::vector<float> read(const std::string& loom_name, std::vector<int64_t>& shape) const override {
+    const HfTensorName hf = hf_gpt2_name(loom_name);
+    const std::string name = prefix_ + hf.name;
+    const SafetensorsEntry* e = file_.find(name);
+    if (!e)
+      throw std::runtime_error(file_.path() + ": no tensor '" + name + "' (Loom's " + loom_name +
+                               "); a GPT-2 of " + std::to_string(model().n_layer) + " layers (config.json) has it");
+    std::vector<float> data = file_.read_f32(name);
+    shape = e->shape;
+    if (loom_name == "wte") check_tied_head(data);
+    if (!hf.transposed) return data;
+    if (shape.size() != 2)
+      throw std::runtime_error(file_.path() + ": tensor '" + name + "' has " + std::to_string(shape.size()) +
+                               " dimensions, expected a 2-D Conv1D weight [in, out]");
+    const int64_t in = shape[0], out = shape[1];
+    std::vector<float> t(data.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) t[size_t(o * in + i)] = data[size_t(i * out + o)];
+    shape = {out, in};
+    return t;
+  }
+
+ private:
+  static std::string weights_path(const std::string& dir) {
+    const std::string p = (std::filesystem::path(dir) / "model.safetensors").string();
+    if (!std::filesystem::exists(p))
+      throw std::runtime_error(p + ": missing (Loom reads a Hugging Face model's weights from model.safetensors; "
+                               "convert a pytorch_model.bin with safetensors' convert script first)");
+    return p;
+  }
+  // Loom's LM head is the token embedding: a separate lm_head.weight must be that same matrix.
+  void check_tied_head(const std::vector<float>& wte) const {
+    const SafetensorsEntry* head = file_.find("lm_head.weight");
+    if (!head) return;
+    const std::vector<float> h = file_.read_f32("lm_head.weight");
+    if (h.size() != wte.size() || std::memcmp(h.data(), wte.data(), h.size() * sizeof(float)) != 0)
+      throw std::runtime_error(file_.path() + ": lm_head.weight differs from " + prefix_ +
+                               "wte.weight; Loom's GPT ties the LM head to the token embedding, as GPT-2 does");
+  }
+
+  SafetensorsFile file_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+std::unique_ptr<PretrainedSource> open_hf_gpt2(const std::string& dir) {
+  return std::make_unique<HfGpt2Source>(dir, read_hf_gpt2_config(dir));
+}
+
+}  // namespace loom

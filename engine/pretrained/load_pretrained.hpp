@@ -1,0 +1,16 @@
+#pragma once
+// Pretrained weights into a model of any layout: each rank takes its slice of every global
+// tensor it holds, by the same global coordinates (ParamInfo::global_index) that initialisation
+// and checkpoint loading use, so tp/pp/dp/zero layouts all start from the same global weights.
+#include "engine/model/gpt_shape.hpp"
+#include "engine/model/param_table.hpp"
+#include "engine/pretrained/pretrained_source.hpp"
+
+namespace loom {
+
+// Overwrites every tensor of `table` in `host` (table.total() floats, the model's flat layout)
+// with its slice of `src`'s tensor; wte's padding rows become zero. Throws std::runtime_error
+// naming the source and tensor on a missing tensor or a wrong shape.
+void load_pretrained(const ParamTable& table, const GptShape& shape, const PretrainedSource& src, float* host);
+
+}  // namespace loom
