@@ -5,11 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "engine/checkpoint/checkpointer.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/model_tokenizer.hpp"
 #include "engine/config/recipe_io.hpp"
 #include "engine/pretrained/hf_gpt2_export.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
@@ -25,23 +24,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The GPT-2 BPE files a Loom checkpoint's run was trained with: its recipe's data.train, a
-// `loom prep` directory whose manifest names them. Empty when the run used another tokenizer.
-std::pair<std::string, std::string> tokenizer_files_of(const std::string& ckpt) {
-  try {
-    const nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
-    const YAML::Node recipe = YAML::Load(man.at("recipe").get<std::string>());
-    const std::string train = recipe["data"]["train"].as<std::string>("");
-    std::ifstream in(fs::path(train) / "manifest.json");
-    if (!in) return {};
-    const nlohmann::json data = nlohmann::json::parse(in);
-    if (data.value("tokenizer", "") != "gpt2" || !data.contains("tokenizer_files")) return {};
-    return {data["tokenizer_files"].value("vocab", ""), data["tokenizer_files"].value("merges", "")};
-  } catch (const std::exception&) {
-    return {};
-  }
 }
 
 }  // namespace
@@ -100,9 +82,11 @@ int cmd_export(const ExportArgs& a, int* argc, char*** argv) {
     opt.dtype = a.dtype == "bf16" ? "BF16" : a.dtype == "fp32" ? "F32" : a.dtype;
     opt.vocab = a.vocab;
     opt.merges = a.merges;
-    if (opt.vocab.empty() && opt.merges.empty() && src->format() == "Loom checkpoint") {
-      std::tie(opt.vocab, opt.merges) = tokenizer_files_of(src->path());
-      if (!opt.vocab.empty()) std::printf("loom export: the run's GPT-2 tokenizer: %s, %s\n", opt.vocab.c_str(), opt.merges.c_str());
+    if (opt.vocab.empty() && opt.merges.empty()) {
+      if (const ModelTokenizer t = model_tokenizer(*src); t.kind == "gpt2") {
+        opt.vocab = t.vocab, opt.merges = t.merges;
+        std::printf("loom export: the model's GPT-2 tokenizer: %s, %s\n", opt.vocab.c_str(), opt.merges.c_str());
+      }
     }
     if (opt.vocab.empty() != opt.merges.empty())
       throw std::runtime_error("--vocab and --merges go together (GPT-2 BPE's vocab.json and merges.txt)");

@@ -45,6 +45,21 @@ struct ExportArgs {
   std::string vocab, merges;   // "" : from the checkpoint's run, if it used GPT-2 BPE
 };
 int cmd_export(const ExportArgs& a, int* argc, char*** argv);
+struct SampleArgs {
+  std::string src;
+  std::string prompt, prompt_tokens;  // text (through the tokenizer), or comma-separated ids
+  std::string tokenizer;              // "" (the model's), byte, gpt2
+  std::string vocab, merges;
+  int max_tokens = 64;
+  int context = 0;                    // 0: the model's positions
+  double temperature = 1.0, top_p = 1.0;
+  int top_k = 0;
+  uint64_t seed = 1337;
+  bool kv_cache = true, echo_prompt = true, ignore_eot = false;
+  std::string backend = "cpu", precision = "fp32";
+  std::string logits_out;             // the prompt's logits, (n, V) float32
+};
+int cmd_sample(const SampleArgs& a, int* argc, char*** argv);
 int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv);
 
 struct PlanArgs {

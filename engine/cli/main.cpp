@@ -86,6 +86,32 @@ int main(int argc, char** argv) {
   exp->add_option("--vocab", export_args.vocab, "GPT-2 vocab.json to include (default: the run's, if it used GPT-2 BPE)");
   exp->add_option("--merges", export_args.merges, "GPT-2 merges.txt to include (with --vocab)");
 
+  SampleArgs sample_args;
+  CLI::App* sample = app.add_subcommand(
+      "sample", "generate text from a model with a KV cache (under mpirun: tensor-parallel over the ranks)");
+  sample->add_option("src", sample_args.src, "a Loom checkpoint or checkpoint.dir, an HF GPT-2 directory, an llm.c .bin")
+      ->required();
+  sample->add_option("--prompt", sample_args.prompt, "text to continue (default: start a new document)");
+  sample->add_option("--prompt-tokens", sample_args.prompt_tokens, "token ids to continue, comma-separated (no tokenizer)");
+  sample->add_option("--tokenizer", sample_args.tokenizer, "byte or gpt2 (default: the model's, when Loom can tell)")
+      ->check(CLI::IsMember({"byte", "gpt2"}));
+  sample->add_option("--vocab", sample_args.vocab, "GPT-2 vocab.json");
+  sample->add_option("--merges", sample_args.merges, "GPT-2 merges.txt");
+  sample->add_option("--max-tokens", sample_args.max_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  sample->add_option("--context", sample_args.context, "positions (prompt + generated; default: the model's)");
+  sample->add_option("--temperature", sample_args.temperature, "softmax temperature; 0: greedy")->capture_default_str();
+  sample->add_option("--top-k", sample_args.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  sample->add_option("--top-p", sample_args.top_p, "nucleus: the most likely tokens holding this probability")->capture_default_str();
+  sample->add_option("--seed", sample_args.seed, "random seed (same seed, same text)")->capture_default_str();
+  sample->add_flag("!--no-kv-cache", sample_args.kv_cache, "recompute the whole sequence for every token (baseline)");
+  sample->add_flag("!--no-echo", sample_args.echo_prompt, "do not print the prompt before the continuation");
+  sample->add_flag("--ignore-eot", sample_args.ignore_eot, "keep going past an end-of-text token");
+  sample->add_option("--backend", sample_args.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  sample->add_option("--precision", sample_args.precision, "weights and activations dtype")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  sample->add_option("--logits-out", sample_args.logits_out, "write the prompt positions' logits (n x V float32) here");
+
   PlanArgs plan_args;
   CLI::App* plan = app.add_subcommand("plan", "predict memory, FLOPs, communication and step time; --search layouts");
   add_recipe(plan, plan_args.recipe);
@@ -161,6 +187,7 @@ int main(int argc, char** argv) {
   if (*prep) return cmd_prep(prep_opts);
   if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
   if (*inspect) return cmd_ckpt_inspect(ckpt_dir, &argc, &argv);
+  if (*sample) return cmd_sample(sample_args, &argc, &argv);
   if (*import) return cmd_import(import_args, &argc, &argv);
   if (*exp) return cmd_export(export_args, &argc, &argv);
   if (*plan) return cmd_plan(plan_args);

@@ -185,6 +185,25 @@ Gpt2Bpe::Gpt2Bpe(const std::string& vocab_json_path, const std::string& merges_t
                                " is not in the vocab (not a GPT-2 byte-level vocab?)");
     byte_id_[b] = it->second;
   }
+  // decode(): each token's symbols (code points of bytes_to_unicode) back to their bytes.
+  std::unordered_map<uint32_t, char> byte_of;
+  for (int b = 0; b < 256; ++b) byte_of[byte_to_unicode(b)] = char(b);
+  token_bytes_.assign(size_t(vocab_size_), std::string());
+  for (const auto& [token, id] : vocab) {
+    std::string bytes;
+    const auto* u = reinterpret_cast<const unsigned char*>(token.data());
+    for (size_t i = 0; i < token.size();) {
+      uint32_t cp = u[i];
+      size_t len = cp < 0x80 ? 1 : cp < 0xE0 ? 2 : cp < 0xF0 ? 3 : 4;
+      if (len > 1) cp &= (0xFF >> (len + 1));
+      for (size_t k = 1; k < len && i + k < token.size(); ++k) cp = (cp << 6) | (u[i + k] & 0x3F);
+      i += len;
+      auto b = byte_of.find(cp);
+      if (b != byte_of.end()) bytes += b->second;
+      else append_utf8(cp, bytes);  // not a byte symbol ("<|endoftext|>"'s letters are): as written
+    }
+    token_bytes_[id] = std::move(bytes);
+  }
 
   const std::string& mp = merges_txt_path;
   const std::string merges_text = read_file(mp, "merges file");

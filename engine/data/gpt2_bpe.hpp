@@ -35,6 +35,13 @@ class Gpt2Bpe {
   // \p{N}, so it joins runs of punctuation; its piece keeps the original byte.
   void encode(std::string_view text, std::vector<uint32_t>& out) const;
 
+  // The bytes token `id` stands for ("" for an id the vocab does not have): a generated sequence
+  // decodes to the concatenation of its tokens' bytes, as encoder.py's decode does.
+  const std::string& decode(uint32_t id) const {
+    static const std::string none;
+    return id < token_bytes_.size() ? token_bytes_[id] : none;
+  }
+
   int vocab_size() const { return vocab_size_; }  // max id + 1
   int eot_id() const { return eot_id_; }          // id of "<|endoftext|>", or -1 if absent
 
@@ -55,6 +62,7 @@ class Gpt2Bpe {
   void bpe(std::string_view piece, std::vector<uint32_t>& out) const;
 
   std::unique_ptr<Pattern> pattern_;
+  std::vector<std::string> token_bytes_;          // decode(): by id
   uint32_t byte_id_[256];                         // vocab id of bytes_to_unicode()[b]
   std::unordered_map<uint64_t, Merge> merges_;    // key: (left id << 32) | right id
   int vocab_size_ = 0;

@@ -15,6 +15,10 @@ class ByteTokenizer final : public Tokenizer {
   void encode(std::string_view text, std::vector<uint32_t>& out) const override {
     for (unsigned char c : text) out.push_back(c);
   }
+  std::string decode(uint32_t id) const override {
+    if (id < 256) return std::string(1, char(id));
+    return id == 256 ? "<|endoftext|>" : "";
+  }
 };
 
 class Gpt2Tokenizer final : public Tokenizer {
@@ -26,6 +30,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   int vocab_size() const override { return bpe_.vocab_size(); }
   int eot_id() const override { return bpe_.eot_id(); }
   void encode(std::string_view text, std::vector<uint32_t>& out) const override { bpe_.encode(text, out); }
+  std::string decode(uint32_t id) const override { return bpe_.decode(id); }
 
  private:
   Gpt2Bpe bpe_;

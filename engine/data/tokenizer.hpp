@@ -1,5 +1,5 @@
 #pragma once
-// Text -> token ids for `loom prep`. The byte tokenizer is built in (ids 0..255 are bytes, 256 is
+// Text -> token ids for `loom prep`, and back for `loom sample`. The byte tokenizer is built in (ids 0..255 are bytes, 256 is
 // end-of-text: vocab 257); GPT-2's BPE reads the standard vocab.json + merges.txt.
 #include <cstdint>
 #include <memory>
@@ -16,6 +16,9 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int eot_id() const = 0;
   virtual void encode(std::string_view text, std::vector<uint32_t>& out) const = 0;  // appends
+  // The bytes of token `id` (generated text is their concatenation; a multi-byte character may
+  // span tokens). "" for an id outside the vocabulary.
+  virtual std::string decode(uint32_t id) const = 0;
 };
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer();

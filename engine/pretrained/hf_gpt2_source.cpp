@@ -19,6 +19,11 @@ class HfGpt2Source final : public PretrainedSource {
     prefix_ = file_.find("transformer.wte.weight") ? "transformer." : "";
   }
   std::string format() const override { return "Hugging Face GPT-2"; }
+  std::string describe(const std::string& loom_name) const override {
+    const HfTensorName hf = hf_gpt2_name(loom_name);
+    return "tensor '" + prefix_ + hf.name + "' (Loom's " + loom_name + ")" +
+           (hf.transposed ? ", a Conv1D weight stored [in, out] and read transposed," : "");
+  }
 
  protected:
   std::vector<float> read(const std::string& loom_name, std::vector<int64_t>& shape) const override {

@@ -22,7 +22,7 @@ std::vector<float> PretrainedSource::tensor(const GlobalTensor& want) const {
     data.resize(size_t(want.shape[0] * want.shape[1]));
     return data;
   }
-  throw std::runtime_error(path_ + ": " + format() + " tensor for Loom's " + want.name + " has shape " +
+  throw std::runtime_error(path_ + ": " + format() + " " + describe(want.name) + " has shape " +
                            shape_str(shape) + ", the model needs " + shape_str(want.shape));
 }
 

@@ -37,6 +37,8 @@ class PretrainedSource {
   PretrainedSource(std::string path, ModelConfig model) : path_(std::move(path)), model_(model) {}
   // The whole tensor as stored, turned to Loom's orientation: its shape in `shape`.
   virtual std::vector<float> read(const std::string& loom_name, std::vector<int64_t>& shape) const = 0;
+  // How messages name the file's tensor for Loom's `loom_name` (its own name, its orientation).
+  virtual std::string describe(const std::string& loom_name) const { return "tensor for Loom's " + loom_name; }
 
  private:
   std::string path_;

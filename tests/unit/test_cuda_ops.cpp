@@ -614,6 +614,24 @@ TEST_CASE("CUDA 16-bit: softmax cross-entropy, whole and vocab-parallel") {
   }
 }
 
+TEST_CASE("CUDA KV-cache attention: a prompt, then single tokens, against the CPU") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  // Head sizes 16, 64 and 40; a cache longer than a block of threads (Tmax 300).
+  for (auto [B, C, NH, Tmax] : {std::tuple{2, 48, 3, 20}, std::tuple{1, 128, 2, 300}, std::tuple{3, 120, 3, 9}}) {
+    Pair kc(cpu, gpu, std::vector<float>(size_t(B) * Tmax * C)), vc(cpu, gpu, std::vector<float>(size_t(B) * Tmax * C));
+    int pos = 0;
+    for (int Tq : {Tmax / 2, 1, 1, Tmax - Tmax / 2 - 2}) {
+      Pair qkv(cpu, gpu, randn(size_t(B) * Tq * 3 * C, 60 + uint64_t(pos))), out(cpu, gpu, randn(size_t(B) * Tq * C, 61));
+      cpu.attention_cached(out.c, kc.c, vc.c, qkv.c, B, Tq, pos, Tmax, C, NH);
+      gpu.attention_cached(out.g, kc.g, vc.g, qkv.g, B, Tq, pos, Tmax, C, NH);
+      out.check("attention_cached out");
+      kc.check("attention_cached key cache", 0.0f);
+      vc.check("attention_cached value cache", 0.0f);
+      pos += Tq;
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   const cuda::DeviceProbe probe = cuda::probe_devices();
   if (probe.count == 0) {

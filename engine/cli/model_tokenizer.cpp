@@ -1,0 +1,44 @@
+#include "engine/cli/model_tokenizer.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+namespace loom::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tokenizer recorded by the `loom prep` directory a Loom checkpoint's run trained on.
+ModelTokenizer from_checkpoint_run(const std::string& ckpt) {
+  try {
+    const nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
+    const YAML::Node recipe = YAML::Load(man.at("recipe").get<std::string>());
+    const std::string train = recipe["data"]["train"].as<std::string>("");
+    std::ifstream in(fs::path(train) / "manifest.json");
+    if (!in) return {};
+    const nlohmann::json data = nlohmann::json::parse(in);
+    const std::string kind = data.value("tokenizer", "");
+    if (kind == "byte") return {"byte", "", ""};
+    if (kind == "gpt2" && data.contains("tokenizer_files"))
+      return {"gpt2", data["tokenizer_files"].value("vocab", ""), data["tokenizer_files"].value("merges", "")};
+  } catch (const std::exception&) {
+  }
+  return {};
+}
+
+}  // namespace
+
+ModelTokenizer model_tokenizer(const PretrainedSource& src) {
+  ModelTokenizer t;
+  if (src.format() == "Loom checkpoint") t = from_checkpoint_run(src.path());
+  if (t.kind.empty() && src.format() == "Hugging Face GPT-2") {
+    const fs::path v = fs::path(src.path()) / "vocab.json", m = fs::path(src.path()) / "merges.txt";
+    if (fs::exists(v) && fs::exists(m)) t = {"gpt2", v.string(), m.string()};
+  }
+  if (t.kind.empty() && src.model().vocab_size == 257) t.kind = "byte";
+  return t;
+}
+
+}  // namespace loom::cli
