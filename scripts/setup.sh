@@ -27,6 +27,8 @@ pkgs=(
   nlohmann-json3-dev                    # vocab.json, data manifests
   fortunes                              # ~2.4 MB of real English text for the demo and tests
   python3-matplotlib                    # scripts/plot_metrics.py
+  python3-numpy                         # tests/pretrained/gpt2_numpy.py: the independent GPT-2 reference
+  curl                                  # scripts/fetch_gpt2_tokenizer.sh: OpenAI's GPT-2 BPE files
   slurmctld slurmd slurm-client munge   # a one-node Slurm cluster for the Slurm template tests
 )
 if [ "$dev" = 1 ]; then

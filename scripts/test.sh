@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The real GPT-2 tokenizer for the tests that need it (they report themselves skipped without it).
+scripts/fetch_gpt2_tokenizer.sh || echo "test.sh: GPT-2 tokenizer files unavailable; the tests needing them will skip"
 scripts/build.sh
 cd "${LOOM_BUILD_DIR:-build}"
 if [ $# -eq 0 ]; then set -- -LE cluster_long; fi

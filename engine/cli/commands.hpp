@@ -60,6 +60,14 @@ struct SampleArgs {
   std::string logits_out;             // the prompt's logits, (n, V) float32
 };
 int cmd_sample(const SampleArgs& a, int* argc, char*** argv);
+struct EvalArgs {
+  std::string src, data;
+  std::string split = "val";  // val | train
+  int batches = 8, micro_batch = 4;
+  int seq_len = 0;            // 0: the model's positions
+  std::string backend = "cpu";
+};
+int cmd_eval(const EvalArgs& a, int* argc, char*** argv);
 int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv);
 
 struct PlanArgs {

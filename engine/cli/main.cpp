@@ -112,6 +112,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sample->add_option("--logits-out", sample_args.logits_out, "write the prompt positions' logits (n x V float32) here");
 
+  EvalArgs eval_args;
+  CLI::App* eval = app.add_subcommand("eval", "a model's loss and perplexity on a token dataset (under mpirun: split over the ranks)");
+  eval->add_option("src", eval_args.src, "a Loom checkpoint or checkpoint.dir, an HF GPT-2 directory, an llm.c .bin")->required();
+  eval->add_option("--data", eval_args.data, "a `loom prep` directory (or token files data.train accepts)")->required();
+  eval->add_option("--split", eval_args.split, "which split")->check(CLI::IsMember({"val", "train"}))->capture_default_str();
+  eval->add_option("--batches", eval_args.batches, "batches of --micro-batch sequences")->capture_default_str()->check(CLI::PositiveNumber);
+  eval->add_option("--micro-batch", eval_args.micro_batch, "sequences per forward")->capture_default_str()->check(CLI::PositiveNumber);
+  eval->add_option("--seq-len", eval_args.seq_len, "tokens per sequence (default: the model's positions)");
+  eval->add_option("--backend", eval_args.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+
   PlanArgs plan_args;
   CLI::App* plan = app.add_subcommand("plan", "predict memory, FLOPs, communication and step time; --search layouts");
   add_recipe(plan, plan_args.recipe);
@@ -187,6 +197,7 @@ int main(int argc, char** argv) {
   if (*prep) return cmd_prep(prep_opts);
   if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
   if (*inspect) return cmd_ckpt_inspect(ckpt_dir, &argc, &argv);
+  if (*eval) return cmd_eval(eval_args, &argc, &argv);
   if (*sample) return cmd_sample(sample_args, &argc, &argv);
   if (*import) return cmd_import(import_args, &argc, &argv);
   if (*exp) return cmd_export(export_args, &argc, &argv);

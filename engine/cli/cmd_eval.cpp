@@ -1,0 +1,81 @@
+// `loom eval SRC --data DIR`: a model's loss and perplexity on a token dataset (a `loom prep`
+// directory or any format data.train takes): the first --batches batches of the split, drawn as
+// validation batches are (a fixed, seed-independent order), so two models evaluated with the same
+// arguments see the same tokens. Under mpirun the ranks split the batches (data parallel).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "engine/cli/commands.hpp"
+#include "engine/data/data_loader.hpp"
+#include "engine/data/token_dataset.hpp"
+#include "engine/model/gpt.hpp"
+#include "engine/pretrained/load_pretrained.hpp"
+#include "engine/train/evaluation.hpp"
+#include "kernels/backend_factory.hpp"
+#include "parallel/mpi_world.hpp"
+#include "parallel/process_groups.hpp"
+
+namespace loom::cli {
+
+int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
+  parallel::MpiWorld world(argc, argv);
+  const bool lead = world.rank() == 0;
+  auto report = [&](std::string error) {
+    error = world.agree_on_error(error);
+    if (!error.empty() && lead) std::fprintf(stderr, "loom eval: error: %s\n", error.c_str());
+    return error.empty();
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<PretrainedSource> src;
+  std::unique_ptr<parallel::ProcessGroups> groups;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Gpt> model;
+  std::vector<StepBatch> batches;
+  int T = 0;
+  std::string error;
+  try {
+    src = open_pretrained(a.src);
+    const ModelConfig& m = src->model();
+    T = a.seq_len > 0 ? a.seq_len : m.seq_len;
+    if (T > m.seq_len)
+      throw std::runtime_error("--seq-len " + std::to_string(T) + " is past the model's " + std::to_string(m.seq_len) +
+                               " positions");
+    const int dp = world.size();
+    if (a.batches % dp != 0)
+      throw std::runtime_error("--batches " + std::to_string(a.batches) + " is not a multiple of the " +
+                               std::to_string(dp) + " ranks");
+    TokenDataset data = open_dataset(a.data, "auto", "--data", a.split);
+    validate_dataset(data, m.vocab_size, T, "--data");
+    groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{1, dp, 1});
+    // Rank r takes batches r, r + dp, ...: validation_batches deals them out by dp rank.
+    const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};
+    batches = validation_batches(data, layout, a.batches / dp);
+    const int device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
+    backend = make_backend(a.backend, device);
+    if (backend->stream()) groups->use_nccl(device, backend->stream());
+    const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
+    model = std::make_unique<Gpt>(*backend, shape, a.micro_batch);
+    std::vector<float> host(model->num_params());
+    load_pretrained(model->table(), shape, *src, host.data());
+    model->set_params(host.data());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!report(error)) return 2;
+  try {
+    const double loss = evaluate(*model, *groups, batches, 1);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (lead)
+      std::printf("loom eval: %s on %s (%s split): loss %.6f nats/token, perplexity %.4f, over %d sequences of %d "
+                  "tokens (%.2f s)\n",
+                  src->path().c_str(), a.data.c_str(), a.split.c_str(), loss, std::exp(loss),
+                  a.batches * a.micro_batch, T, sec);
+    return 0;
+  } catch (const std::exception& e) {
+    world.abort(std::string("loom eval: ") + e.what(), 1);
+  }
+  return 1;
+}
+
+}  // namespace loom::cli
