@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -378,8 +379,10 @@ void expect_close(const std::string& what, const float* got, const float* ref, s
       if (!bad++) first = i;
     }
   }
+  std::ostringstream first_bad;
+  if (bad) first_bad << ", first at " << first << " (got " << got[first] << ", ref " << ref[first] << ")";
   INFO(what << ": " << bad << " of " << n << " bad (atol " << atol << ", rtol " << rtol << "); max abs " << max_abs
-            << ", max rel " << max_rel << (bad ? ", first at " + std::to_string(first) : std::string()));
+            << ", max rel " << max_rel << first_bad.str());
   CHECK(bad == 0);
 }
 
@@ -513,7 +516,14 @@ TEST_CASE("CUDA 16-bit: layernorm, GELU, residual") {
     Act16 d(cpu, gpu, dt, randn(n, 42));
     cpu.gelu_backward(d.c, x.c, d.c, n);
     gpu.gelu_backward(d.g, x.g, d.g, n);
-    d.check("gelu_backward (in place)", 1e-5, 2 * u);
+    // g' = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 c x^2) cancels for x in about [-6, -4], where
+    // th = tanh(k (x + c x^3)) is within a few fp32 ulps of -1: there both fp32 results are
+    // noise of |dg'/dth| (up to ~25) times the tanh error (ulp(1) = 6e-8 each) times |dout|
+    // (up to ~4.5). The two tanhs differ most: Eigen's (CPU) returns exactly -1 from
+    // k (x + c x^3) < -7.9 on, where CUDA's tanhf and the exact value are still -1 + 2e-7. Seen
+    // on an H100: x = -4.875, dout = 3.48: exact -1.18e-5, CPU 0, so 1e-5 failed on 2 of 100003
+    // elements. 1e-4 absolute, the fp32 test's floor (kTol), bounds that noise (~3e-5).
+    d.check("gelu_backward (in place)", 1e-4, 2 * u);
     cpu.residual_forward(out.c, x.c, y.c, n);
     gpu.residual_forward(out.g, x.g, y.g, n);
     out.check("residual_forward", 4 * u, 2 * u);  // a + b of a few units cancelling

@@ -1,0 +1,134 @@
+// A short training run of the tiny GPT (configs/tiny.yaml's shape: L 4, NH 4, C 128, byte
+// vocabulary 257, T 64, micro-batch 8) on the CPU backend (fp32) and the CUDA backend (fp32 and
+// bf16), side by side from the same initial weights on the same batches: the model, AdamW, the
+// gradient clipping and the warmup+cosine schedule of a real run, without MPI or the trainer
+// (so it builds on a bare GPU machine, next to test_cuda_ops). Not a test: run it by hand on a
+// GPU and read the table; the fp32 losses should agree to ~1e-5 relative at first and drift
+// apart only slowly (different summation orders), the bf16 ones stay within a few percent.
+//   build-gpu/tests/compare_cuda_training [text file, bytes as tokens] [steps]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/gpt.hpp"
+#include "engine/model/param_table.hpp"
+#include "engine/optim/adamw.hpp"
+#include "engine/optim/lr_schedule.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_probe.hpp"
+
+using namespace loom;
+
+namespace {
+
+struct Run {
+  std::string name;
+  std::vector<double> loss, norm;
+  std::vector<float> final_params;
+  double seconds = 0;
+};
+
+Run train(const std::string& name, Backend& be, DType dtype, const GptShape& shape, int B,
+          const std::vector<float>& init, const std::vector<uint8_t>& text, int steps) {
+  Run r{name, {}, {}, {}, 0};
+  const int T = shape.seq_len;
+  Gpt model(be, shape, B, {}, {}, 1, Recompute::None, dtype);
+  model.set_params(init.data());
+  AdamW opt(be, model.table(), AdamWHyper{0.9, 0.95, 1e-8, 0.1});
+  const LrSchedule sched{3e-3, 3e-4, 20, steps};
+  std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
+  const size_t span = text.size() - size_t(T) - 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) {
+    for (int b = 0; b < B; ++b) {  // the same windows for every backend
+      const size_t start = (size_t(s) * B + size_t(b)) * 7919 % span;
+      for (int t = 0; t < T; ++t) {
+        tokens[size_t(b) * T + t] = text[start + t];
+        targets[size_t(b) * T + t] = text[start + t + 1];
+      }
+    }
+    model.zero_grads();
+    const double loss = model.forward(tokens.data(), targets.data(), 1.0f / float(B * T));
+    model.backward();
+    const double norm = clip_grad_norm(be, model.grads(), model.num_params(), 1.0);
+    opt.step(model.params(), model.grads(), sched.at(s), s + 1);
+    model.sync_compute_weights();
+    r.loss.push_back(loss);
+    r.norm.push_back(norm);
+  }
+  be.synchronize();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.final_params.resize(model.num_params());
+  model.get_params(r.final_params.data());
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const cuda::DeviceProbe probe = cuda::probe_devices();
+  if (probe.count == 0) {
+    std::printf("compare_cuda_training: no usable CUDA device (%s)\n", probe.reason.c_str());
+    return 77;
+  }
+  std::printf("device: %s\n", probe.names.c_str());
+  const std::string path = argc > 1 ? argv[1] : "README.md";
+  const int steps = argc > 2 ? std::max(1, std::atoi(argv[2])) : 100;
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const GptShape shape = GptShape::make(4, 4, 128, 257, 64);
+  const int B = 8;
+  if (text.size() < size_t(shape.seq_len) + 2) {
+    std::printf("compare_cuda_training: %s has too few bytes\n", path.c_str());
+    return 2;
+  }
+  std::printf("text %s: %zu bytes; L 4, NH 4, C 128, V 257, T 64, B 8; %d steps, lr 3e-3 warmup 20 cosine\n",
+              path.c_str(), text.size(), steps);
+  const ParamTable table = gpt_param_table(shape);
+  std::vector<float> init(table.total());
+  init_params(table, shape, 1337, init.data());
+
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend(0);
+  std::vector<Run> runs;
+  runs.push_back(train("cpu fp32", *cpu, DType::f32, shape, B, init, text, steps));
+  runs.push_back(train("cuda fp32", *gpu, DType::f32, shape, B, init, text, steps));
+  runs.push_back(train("cuda bf16", *gpu, DType::bf16, shape, B, init, text, steps));
+
+  std::printf("%6s", "step");
+  for (const Run& r : runs) std::printf(" %14s", (r.name + " loss").c_str());
+  std::printf(" %12s %12s %12s\n", "fp32 rel", "bf16 rel", "norm rel");
+  double worst32 = 0, worst16 = 0;
+  for (int s = 0; s < steps; ++s) {
+    const double ref = runs[0].loss[size_t(s)];
+    const double d32 = std::fabs(runs[1].loss[size_t(s)] - ref) / std::fabs(ref);
+    const double d16 = std::fabs(runs[2].loss[size_t(s)] - ref) / std::fabs(ref);
+    const double dn = std::fabs(runs[1].norm[size_t(s)] - runs[0].norm[size_t(s)]) / std::fabs(runs[0].norm[size_t(s)]);
+    worst32 = std::max(worst32, d32);
+    worst16 = std::max(worst16, d16);
+    if (s < 5 || s % 10 == 9 || s == steps - 1) {
+      std::printf("%6d", s + 1);
+      for (const Run& r : runs) std::printf(" %14.6f", r.loss[size_t(s)]);
+      std::printf(" %12.3e %12.3e %12.3e\n", d32, d16, dn);
+    }
+  }
+  double pmax = 0, pdiff = 0;
+  for (size_t i = 0; i < init.size(); ++i) {
+    pmax = std::max(pmax, double(std::fabs(runs[0].final_params[i])));
+    pdiff = std::max(pdiff, double(std::fabs(runs[1].final_params[i] - runs[0].final_params[i])));
+  }
+  std::printf("worst loss difference vs cpu fp32: cuda fp32 %.3e, cuda bf16 %.3e (relative)\n", worst32, worst16);
+  std::printf("final parameters, cuda fp32 vs cpu fp32: max |diff| %.3e (max |param| %.3e)\n", pdiff, pmax);
+  for (const Run& r : runs) std::printf("%-10s %8.3f s for %d steps (%.2f ms/step)\n", r.name.c_str(), r.seconds, steps, 1e3 * r.seconds / steps);
+  const bool finite = std::all_of(runs.begin(), runs.end(), [](const Run& r) {
+    return std::all_of(r.loss.begin(), r.loss.end(), [](double x) { return std::isfinite(x); });
+  });
+  return finite ? 0 : 1;
+}
