@@ -113,10 +113,30 @@ void convert(TypedPtr dst, ConstTypedPtr src, size_t n) {
   }
 }
 
+template <typename T>
+void axpy(T* y, const T* x, acc_t<T> alpha, size_t n) {
+  if constexpr (!is_16bit<T>) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  } else {
+    const size_t nchunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nchunks; ++c) {
+      const size_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+      alignas(64) float fy[kChunk], fx[kChunk];
+      widen(y + i0, fy, len);
+      widen(x + i0, fx, len);
+      for (size_t i = 0; i < len; ++i) fy[i] += alpha * fx[i];
+      narrow(fy, y + i0, len);
+    }
+  }
+}
+
 #define LOOM_INSTANTIATE(T)                                 \
   template void convert<T>(TypedPtr, ConstTypedPtr, size_t); \
   template void zero<T>(T*, size_t);                         \
   template void residual_forward<T>(T*, const T*, const T*, size_t); \
+  template void axpy<T>(T*, const T*, acc_t<T>, size_t);               \
   template void scale<T>(acc_t<T>*, size_t, acc_t<T>);
 LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE

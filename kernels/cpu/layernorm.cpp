@@ -72,6 +72,7 @@ void layernorm_backward(T* dinp, acc_t<T>* dw, acc_t<T>* db, const T* dout, cons
     }
     if constexpr (is_16bit<T>) narrow(di, dio, C);
   }
+  if (!dw) return;  // a frozen LayerNorm: only the input gradient
   // Weight and bias gradients, column-parallel so that each column sums its rows in order.
   const int nblocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)

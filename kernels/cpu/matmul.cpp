@@ -101,7 +101,7 @@ void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, cons
     onednn::GemmDesc di{DType::f32, DType::f32, N, OC, C, false, false, false, false};
     onednn::GemmDesc dwd{DType::f32, DType::f32, OC, N, C, true, false, false, true};
     if (onednn_fp32_requested() && onednn::supported(dwd) && onednn::supported(di)) {
-      onednn::gemm(dwd, dw, dout, inp, nullptr);
+      if (dw) onednn::gemm(dwd, dw, dout, inp, nullptr);
       if (dinp) onednn::gemm(di, dinp, dout, w, nullptr);
       if (dbias) bias_backward(dbias, dout, N, OC);
       return;
@@ -113,8 +113,10 @@ void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, cons
       MatMap<T> DI(dinp, N, C);
       DI.noalias() = D * W;
     }
-    MatMap<T> DW(dw, OC, C);
-    DW.noalias() += D.transpose() * X;
+    if (dw) {  // null: a frozen weight
+      MatMap<T> DW(dw, OC, C);
+      DW.noalias() += D.transpose() * X;
+    }
     if (dbias) bias_backward(dbias, dout, N, OC);
   } else {
     if (!reference_requested()) {
@@ -122,7 +124,7 @@ void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, cons
       onednn::GemmDesc di{dtype_of<T>, dtype_of<T>, N, OC, C, false, false, false, false};
       onednn::GemmDesc dwd{dtype_of<T>, DType::f32, OC, N, C, true, false, false, true};
       if (onednn::supported(dwd) && (!dinp || onednn::supported(di))) {
-        onednn::gemm(dwd, dw, dout, inp, nullptr);
+        if (dw) onednn::gemm(dwd, dw, dout, inp, nullptr);
         if (dinp) onednn::gemm(di, dinp, dout, w, nullptr);
         if (dbias) bias_backward(dbias, dout, N, OC);
         return;

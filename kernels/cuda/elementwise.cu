@@ -44,6 +44,12 @@ __global__ void residual_kernel(T* out, const T* a, const T* b, size_t n) {
     out[i] = store<T>(load(a[i]) + load(b[i]));
 }
 
+template <typename T>
+__global__ void axpy_kernel(T* y, const T* x, float alpha, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    y[i] = store<T>(load(y[i]) + alpha * load(x[i]));
+}
+
 __global__ void scale_kernel(float* x, size_t n, float s) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) x[i] *= s;
 }
@@ -122,6 +128,16 @@ void residual_forward(TypedPtr out, ConstTypedPtr a, ConstTypedPtr b, size_t n, 
   dispatch_act("residual_forward", dt, [&](auto tag) {
     using T = decltype(tag);
     residual_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(act_mut<T>(out), act<T>(a), act<T>(b), n);
+  });
+  LOOM_CUDA_LAUNCHED();
+}
+
+void axpy(TypedPtr y, ConstTypedPtr x, float alpha, size_t n, Context& ctx) {
+  const DType dt = act_dtype("axpy", y, x);
+  if (!n) return;
+  dispatch_act("axpy", dt, [&](auto tag) {
+    using T = decltype(tag);
+    axpy_kernel<<<grid_for(n), 256, 0, ctx.stream>>>(act_mut<T>(y), act<T>(x), alpha, n);
   });
   LOOM_CUDA_LAUNCHED();
 }

@@ -118,10 +118,12 @@ void layernorm_backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout,
     layernorm_dinp_kernel<<<blocks_for(size_t(N), 8), 256, 0, stream>>>(act_mut<T>(dinp), act<T>(dout), act<T>(inp),
                                                                         act<T>(w), mean, rstd, N, C);
     LOOM_CUDA_LAUNCHED();
+    if (!dw) return;  // a frozen LayerNorm: only the input gradient
     layernorm_dwdb_partial_kernel<<<dim3(blocks_for(size_t(C), 128), kGroups), 128, 0, stream>>>(
         part_w, part_b, act<T>(dout), act<T>(inp), mean, rstd, N, C);
     LOOM_CUDA_LAUNCHED();
   });
+  if (!dw) return;
   sum_groups_kernel<<<blocks_for(size_t(C), 128), 128, 0, stream>>>(dw, db, part_w, part_b, C);
   LOOM_CUDA_LAUNCHED();
 }

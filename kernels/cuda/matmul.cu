@@ -166,7 +166,8 @@ void matmul_backward(TypedPtr dinp, float* dw, float* dbias, ConstTypedPtr dout,
       gemm<S, S>(lt, ws, act_mut<S>(dinp), act<S>(w), false, C, act<S>(dout), false, OC, C, N, OC, 0.0f, nullptr,
                  stream);
     // dW in fp32 from 16-bit (or fp32) A/B, accumulated: C = D = dw, beta = 1.
-    gemm<S, float>(lt, ws, dw, act<S>(inp), false, C, act<S>(dout), true, OC, C, OC, N, 1.0f, nullptr, stream);
+    // (null: a frozen weight, whose gradient nobody needs)
+    if (dw) gemm<S, float>(lt, ws, dw, act<S>(inp), false, C, act<S>(dout), true, OC, C, OC, N, 1.0f, nullptr, stream);
     if (dbias) column_sums_add(dbias, act<S>(dout), N, OC, ws, stream);
   });
 }

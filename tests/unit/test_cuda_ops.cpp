@@ -642,6 +642,26 @@ TEST_CASE("CUDA KV-cache attention: a prompt, then single tokens, against the CP
   }
 }
 
+TEST_CASE("CUDA LoRA support: axpy, and matmul/layernorm backward with frozen (null) weight gradients") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  const size_t n = 1000;
+  Pair y(cpu, gpu, randn(n, 70)), x(cpu, gpu, randn(n, 71));
+  cpu.axpy(y.c, x.c, 0.375f, n);
+  gpu.axpy(y.g, x.g, 0.375f, n);
+  y.check("axpy");
+  const int N = 33, C = 40, OC = 24;
+  Pair inp(cpu, gpu, randn(size_t(N) * C, 72)), w(cpu, gpu, randn(size_t(OC) * C, 73)),
+      dout(cpu, gpu, randn(size_t(N) * OC, 74)), dinp(cpu, gpu, randn(size_t(N) * C, 75));
+  cpu.matmul_backward(dinp.c, nullptr, nullptr, dout.c, inp.c, w.c, N, C, OC);
+  gpu.matmul_backward(dinp.g, nullptr, nullptr, dout.g, inp.g, w.g, N, C, OC);
+  dinp.check("matmul_backward dinp, no dw");
+  Pair lw(cpu, gpu, randn(size_t(C), 76)), mean(cpu, gpu, randn(size_t(N), 77)), rstd(cpu, gpu, std::vector<float>(N, 1.5f)),
+      ldout(cpu, gpu, randn(size_t(N) * C, 78)), ldinp(cpu, gpu, randn(size_t(N) * C, 79));
+  cpu.layernorm_backward(ldinp.c, nullptr, nullptr, ldout.c, inp.c, lw.c, mean.c, rstd.c, N, C);
+  gpu.layernorm_backward(ldinp.g, nullptr, nullptr, ldout.g, inp.g, lw.g, mean.g, rstd.g, N, C);
+  ldinp.check("layernorm_backward dinp, no dw/db");
+}
+
 int main(int argc, char** argv) {
   const cuda::DeviceProbe probe = cuda::probe_devices();
   if (probe.count == 0) {
