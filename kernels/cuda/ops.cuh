@@ -19,6 +19,7 @@
 //   crossentropy (all) logits/dlogits: Act, read in place and overwritten in the same dtype;
 //                      losses, maxes, partials: fp32
 //   convert            dst, src: any of fp32, bf16, fp16
+//   dequantize         out: Act;  codes: bytes (int8, or NF4 two per byte);  scales: fp32
 //   adamw, scale, sum, sum_squares   fp32 only (master weights, gradients, moments)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
