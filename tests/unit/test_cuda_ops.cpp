@@ -23,6 +23,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_probe.hpp"
+#include "kernels/quantize.hpp"
 
 using namespace loom;
 
@@ -660,6 +661,64 @@ TEST_CASE("CUDA LoRA support: axpy, and matmul/layernorm backward with frozen (n
   cpu.layernorm_backward(ldinp.c, nullptr, nullptr, ldout.c, inp.c, lw.c, mean.c, rstd.c, N, C);
   gpu.layernorm_backward(ldinp.g, nullptr, nullptr, ldout.g, inp.g, lw.g, mean.g, rstd.g, N, C);
   ldinp.check("layernorm_backward dinp, no dw/db");
+}
+
+TEST_CASE("CUDA dequantize (int8, NF4) into fp32, bf16 and fp16: bit for bit the CPU's") {
+  // One fp32 product per element on both backends (same NF4 table, kernels/quantize.hpp), rounded
+  // once: no tolerance. n ends inside a block and is odd (the last NF4 byte half used); the
+  // codes sit at an odd device address; outliers and an all-zero block; outputs start random
+  // and what lies past n must stay as it was.
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  const int block = 64;
+  const size_t nq = size_t(block) * 517, n = nq - 37;
+  std::vector<float> w = randn(nq, 70);
+  for (size_t b = 0; b < nq / size_t(block); ++b) {
+    float* x = w.data() + b * size_t(block);
+    if (b % 31 == 4)
+      for (int i = 0; i < block; ++i) x[i] *= 300.0f;
+    if (b % 41 == 9) x[b % size_t(block)] = 25.0f;
+    if (b == 100) std::fill_n(x, block, 0.0f);
+  }
+  for (QuantKind kind : {QuantKind::Int8, QuantKind::NF4}) {
+    std::vector<uint8_t> codes(quantized_bytes(kind, nq));
+    std::vector<float> scales(nq / size_t(block));
+    quantize_blockwise(kind, w.data(), nq, block, codes.data(), scales.data());
+    uint8_t* gcodes_base = static_cast<uint8_t*>(gpu.alloc_bytes(codes.size() + 1));
+    uint8_t* gcodes = gcodes_base + 1;
+    gpu.copy_from_host(gcodes, codes.data(), codes.size());
+    float* gscales = gpu.alloc(scales.size());
+    gpu.upload(gscales, scales.data(), scales.size());
+    const std::string what = std::string("dequantize ") + quant_kind_name(kind);
+
+    Pair out(cpu, gpu, randn(nq, 71), 1);  // a 4-byte aligned device view
+    cpu.dequantize(out.c, codes.data(), scales.data(), n, block, int(kind));
+    gpu.dequantize(out.g, gcodes, gscales, n, block, int(kind));
+    out.check((what + " fp32").c_str(), 0.0f);
+
+    for (DType dt : k16BitTypes) {
+      Act16 o16(cpu, gpu, dt, randn(nq, 72), 1);  // a 2-byte aligned device view
+      gpu.dequantize(o16.g, gcodes, gscales, n, block, int(kind));
+      const std::vector<float> got = o16.device(what + " " + dtype_name(dt));
+      const TypedPtr ref16 = cpu.alloc(dt, nq);
+      cpu.dequantize(ref16, codes.data(), scales.data(), n, block, int(kind));
+      std::vector<uint16_t> ref_bits(nq);
+      cpu.copy_to_host(ref_bits.data(), ref16.data, nq * 2);
+      std::vector<float> before(nq);
+      cpu.download(before.data(), o16.c, nq);  // the initial values, rounded to dt
+      size_t bad = 0, moved = 0;
+      for (size_t i = 0; i < n; ++i) bad += to_bits(dt, got[i]) != ref_bits[i] || !std::isfinite(got[i]);
+      for (size_t i = n; i < nq; ++i) moved += got[i] != before[i];
+      INFO(what << " " << dtype_name(dt) << ": " << bad << " of " << n << " differ from the CPU's bits, " << moved
+                << " written past n");
+      CHECK(bad == 0);
+      CHECK(moved == 0);
+      cpu.release(ref16.data);
+    }
+    CHECK_THROWS_AS(gpu.dequantize(out.g, gcodes, gscales, n, block, 2), std::invalid_argument);
+    CHECK_THROWS_AS(gpu.dequantize(out.g, gcodes, gscales, n, 0, int(kind)), std::invalid_argument);
+    gpu.release(gscales);
+    gpu.release(gcodes_base);
+  }
 }
 
 int main(int argc, char** argv) {
