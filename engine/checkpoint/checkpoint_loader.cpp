@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_catalog.hpp"
 #include "engine/checkpoint/checkpoint_layout.hpp"
 #include "engine/checkpoint/checkpointer.hpp"
+#include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/checkpoint/h5_tensor_file.hpp"
 #include "engine/checkpoint/slice_checksum.hpp"
 #include "engine/checkpoint/slice_plan.hpp"
@@ -81,6 +82,11 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
       mm["vocab_size"] != m.vocab_size || mm["seq_len"] != m.seq_len)
     throw std::runtime_error(dir + ": the checkpoint's model " + mm.dump() +
                              " differs from the recipe's model section; a checkpoint loads only into the same model");
+  if (!(lora_from_manifest_model(mm) == model_.shape().lora))
+    throw std::runtime_error(dir + ": the checkpoint's LoRA adapters " + (mm.contains("lora") ? mm["lora"].dump() : "(none)") +
+                             " differ from the recipe's lora section " +
+                             (model_.shape().lora.on() ? lora_to_json(model_.shape().lora).dump() : "(none)") +
+                             "; start a new checkpoint.dir, or load the weights with model.init_from");
   const ParamTable& table = model_.table();
   const auto coord = groups_.coord();
   const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());

@@ -12,6 +12,7 @@
 #include "engine/checkpoint/checkpoint_catalog.hpp"
 #include "engine/checkpoint/checkpoint_layout.hpp"
 #include "engine/checkpoint/checkpointer.hpp"
+#include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/checkpoint/h5_tensor_file.hpp"
 #include "engine/checkpoint/slice_checksum.hpp"
 #include "engine/checkpoint/slice_plan.hpp"
@@ -172,6 +173,11 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
           {{"tp", layout.tp}, {"pp", layout.pp}, {"dp", layout.dp}, {"zero", optim_.zero_stage()},
            {"world", layout.world()}},
           setup_.model, setup_.recipe_yaml);
+      // LoRA: the adapters' spec and the frozen base they adapt (not in this checkpoint).
+      if (model_.shape().lora.on()) {
+        man["model"]["lora"] = lora_to_json(model_.shape().lora);
+        man["model"]["base"] = setup_.model.init_from;
+      }
       // fp16's dynamic loss scale, so a resumed run goes on with it (absent without fp16).
       if (snap.loss_scale.scale > 0)
         man["loss_scale"] = {{"scale", snap.loss_scale.scale}, {"good_steps", snap.loss_scale.good_steps}};

@@ -77,6 +77,12 @@ int cmd_export(const ExportArgs& a, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);  // HDF5 (a Loom checkpoint's model.h5) is the MPI build's
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    if (a.peft) {
+      export_peft_adapters(a.src, a.out);
+      std::printf("loom export: %s's LoRA adapters -> %s (PEFT: adapter_model.safetensors, adapter_config.json) in %.2f s\n",
+                  a.src.c_str(), a.out.c_str(), seconds_since(t0));
+      return 0;
+    }
     const std::unique_ptr<PretrainedSource> src = open_pretrained(a.src);
     HfExportOptions opt;
     opt.dtype = a.dtype == "bf16" ? "BF16" : a.dtype == "fp32" ? "F32" : a.dtype;

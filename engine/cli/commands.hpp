@@ -43,6 +43,7 @@ struct ExportArgs {
   std::string src, out;
   std::string dtype = "fp32";  // fp32 | bf16
   std::string vocab, merges;   // "" : from the checkpoint's run, if it used GPT-2 BPE
+  bool peft = false;           // a LoRA checkpoint's adapters alone, in PEFT's layout (else merged)
 };
 int cmd_export(const ExportArgs& a, int* argc, char*** argv);
 struct SampleArgs {

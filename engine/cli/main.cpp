@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   exp->add_option("--vocab", export_args.vocab, "GPT-2 vocab.json to include (default: the run's, if it used GPT-2 BPE)");
   exp->add_option("--merges", export_args.merges, "GPT-2 merges.txt to include (with --vocab)");
+  exp->add_flag("--peft", export_args.peft,
+                "a LoRA checkpoint: its adapters alone, as PEFT's adapter_model.safetensors + adapter_config.json "
+                "(default: the base with the adapters merged in)");
 
   SampleArgs sample_args;
   CLI::App* sample = app.add_subcommand(

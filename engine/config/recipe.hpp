@@ -76,6 +76,19 @@ struct CheckpointConfig {
   bool allow_changes = false;    // resume even though train.seed or the dataset changed
 };
 
+// LoRA fine-tuning (docs/pretrained.md): low-rank adapters on the chosen linear layers, the base
+// frozen. rank 0: off.
+struct LoraConfig {
+  int rank = 0;
+  double alpha = 16;                              // the branch is scaled by alpha / rank
+  double dropout = 0;                             // on the adapters' input (only 0 so far)
+  std::string targets = "qkv,attn_proj,fc,mlp_proj";
+  bool train_embeddings = false;
+  bool train_layernorm = false;
+  std::string quantize = "none";                  // none | int8 | nf4: the frozen base's storage (QLoRA)
+  int quant_block = 64;                           // elements per quantization scale
+};
+
 struct LogConfig {
   std::string dir = "runs/default";
   int64_t every = 10;
@@ -94,6 +107,7 @@ struct Recipe {
   DataConfig data;
   CheckpointConfig checkpoint;
   LogConfig log;
+  LoraConfig lora;
 
   // Where each key came from ("configs/tiny.yaml:4", "--set train.steps=5" or "default"),
   // so that cross-field errors can point at the lines involved.

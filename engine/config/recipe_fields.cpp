@@ -78,6 +78,15 @@ std::vector<Field> make_fields() {
       {"log", "tensorboard", K::Bool, 0, 0, {}, LOOM_MEMBER(log, tensorboard), "write TensorBoard event files (events.out.tfevents.*) to log.dir"},
       {"log", "trace", K::Bool, 0, 0, {}, LOOM_MEMBER(log, trace), "write a Chrome trace (log.dir/trace_rank<R>.json, for chrome://tracing or Perfetto) of the phases of log.trace_steps steps"},
       {"log", "trace_steps", K::Int64, 1, 1000, {}, LOOM_MEMBER(log, trace_steps), "steps traced with log.trace, from the second step of the run (the first warms up)"},
+
+      {"lora", "rank", K::Int, 0, 4096, {}, LOOM_MEMBER(lora, rank), "LoRA adapters' rank r; 0: no adapters (every weight trains). With r > 0 the base model is frozen (no gradients, no optimizer state) and checkpoints hold only what trains"},
+      {"lora", "alpha", K::Float, 1e-9, 1e9, {}, LOOM_MEMBER(lora, alpha), "the adapters' branch is scaled by alpha / rank"},
+      {"lora", "dropout", K::Float, 0, 0, {}, LOOM_MEMBER(lora, dropout), "dropout on the adapters' input (not implemented yet: only 0)"},
+      {"lora", "targets", K::String, 0, 0, {}, LOOM_MEMBER(lora, targets), "comma-separated linear layers that get adapters: qkv, attn_proj, fc, mlp_proj"},
+      {"lora", "train_embeddings", K::Bool, 0, 0, {}, LOOM_MEMBER(lora, train_embeddings), "with LoRA: wte and wpe train too (else frozen)"},
+      {"lora", "train_layernorm", K::Bool, 0, 0, {}, LOOM_MEMBER(lora, train_layernorm), "with LoRA: the LayerNorms train too (else frozen)"},
+      {"lora", "quantize", K::String, 0, 0, {"none", "int8", "nf4"}, LOOM_MEMBER(lora, quantize), "QLoRA: the frozen base's linear weights stored blockwise-quantized (int8 or 4-bit NormalFloat, one fp32 scale per block) and dequantized before each matmul; none: in the compute dtype"},
+      {"lora", "quant_block", K::Int, 2, 1 << 20, {}, LOOM_MEMBER(lora, quant_block), "elements per quantization block (one scale each); even"},
   };
 }
 #undef LOOM_MEMBER
@@ -122,7 +131,7 @@ const std::vector<Field>& recipe_fields() {
 }
 
 const std::vector<std::string>& recipe_sections() {
-  static const std::vector<std::string> s = {"model", "parallel", "train", "optim", "data", "checkpoint", "log"};
+  static const std::vector<std::string> s = {"model", "parallel", "train", "optim", "data", "checkpoint", "log", "lora"};
   return s;
 }
 

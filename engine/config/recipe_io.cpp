@@ -205,7 +205,7 @@ std::vector<Setting> settings_from_file(const std::string& path) {
   } catch (const YAML::BadFile&) {
     throw ConfigError(path + ": cannot open the recipe file for reading");
   }
-  const std::string sections_list = "model, parallel, train, optim, data, checkpoint, log";
+  const std::string sections_list = "model, parallel, train, optim, data, checkpoint, log, lora";
   if (root.IsNull()) throw ConfigError(path + ": the recipe is empty; expected a mapping with sections " + sections_list);
   if (!root.IsMap())
     fail(where_of(path, root.Mark()), "expected a mapping of sections (" + sections_list + "), got " + node_kind(root));
@@ -306,6 +306,19 @@ void validate_shapes(const Recipe& r) {
   rule(r.optim.min_lr <= r.optim.lr, kv(r, "optim.min_lr") + " must not exceed " + kv(r, "optim.lr"));
   rule(r.log.eval_every == 0 || !r.data.val.empty(),
        kv(r, "log.eval_every") + " needs validation data: set data.val");
+  if (r.lora.rank > 0) {
+    std::stringstream ss(r.lora.targets);
+    int n = 0;
+    for (std::string item; std::getline(ss, item, ',');) {
+      rule(item == "qkv" || item == "attn_proj" || item == "fc" || item == "mlp_proj",
+           kv(r, "lora.targets") + ": '" + item + "' is not a target (qkv, attn_proj, fc, mlp_proj)");
+      ++n;
+    }
+    rule(n > 0, kv(r, "lora.targets") + " names no layer");
+    rule(r.lora.quant_block % 2 == 0, kv(r, "lora.quant_block") + " must be even");
+  }
+  rule(r.lora.quantize == "none" || r.lora.rank > 0,
+       kv(r, "lora.quantize") + " quantizes a frozen base: it needs LoRA (" + kv(r, "lora.rank") + ")");
 }
 
 }  // namespace

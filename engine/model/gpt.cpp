@@ -28,6 +28,7 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
       tp_(tp),
       stage_(whole_if_default(stage, shape.n_layer)),
       table_(gpt_param_table(shape, tp.rank, tp.size, stage_)),
+      frozen_table_(gpt_param_table(shape, tp.rank, tp.size, stage_, ParamSet::Frozen)),
       B_(micro_batch),
       embed_(backend, tp, shape.vocab_pad, shape.d_model),
       block_(backend, tp, shape, micro_batch),
@@ -52,6 +53,14 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
                                       : TypedPtr(alloc_bytes(table_.total() * dtype_size(compute_), false), compute_);
   }
   if (holds_ == ModelHolds::All) grads_ = alloc_f32(table_.total(), false);
+  if (frozen_table_.total() > 0)
+    frozen_ = TypedPtr(alloc_bytes(frozen_table_.total() * dtype_size(compute_), false), compute_);
+  if (shape.lora.on()) {
+    // LoRA needs every block of the stage to hold adapters (a unit each).
+    const LoraSpec& l = shape.lora;
+    if (!(l.qkv || l.attn_proj || l.fc || l.mlp_proj))
+      throw std::invalid_argument("LoRA needs at least one target (qkv, attn_proj, fc, mlp_proj)");
+  }
   wbase_.resize(units_.size());
   gbase_.resize(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -91,6 +100,11 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
   dblock_.datty = alloc_act(N * Ct);
   dblock_.dqkv = alloc_act(N * 3 * Ct);
   dblock_.dfch = alloc_act(N * 4 * Ct);
+  if (shape.lora.on() && stage_.n_layers > 0) {
+    dblock_.lora_du = alloc_act(N * size_t(shape.lora.rank));
+    dblock_.lora_wide = alloc_act(N * std::max(C, 4 * Ct));
+    block_.set_lora_scratch(dblock_.lora_wide);
+  }
   if (stage_.n_layers > 0 && recompute_ == Recompute::Selective) shared_.att = alloc_bytes(attention_saved_bytes(), true);
   if (stage_.n_layers > 0 && recompute_ == Recompute::Full) alloc_block_buffers(shared_, true);
   // `loom plan` predicts memory from gpt_activation_bytes: it must describe exactly this.
@@ -149,21 +163,60 @@ void Gpt::zero_grads() {
   if (grads_) be_.zero(grads_, table_.total());
 }
 
+void Gpt::set_frozen(const float* host) {
+  const size_t n = frozen_table_.total();
+  if (!n) return;
+  float* staging = be_.alloc(n);
+  be_.upload(staging, host, n);
+  be_.convert(frozen_, ConstTypedPtr(staging), n);
+  be_.release(staging);
+}
+
+TypedPtr Gpt::p(int u, const std::string& name) const {
+  if (const ParamInfo* t = table_.find_if_held(name)) return wbase_[size_t(u)] + (t->offset - units_[size_t(u)].begin);
+  return frozen_ + frozen_table_.find(name).offset;
+}
+float* Gpt::g(int u, const std::string& name) const {
+  const ParamInfo* t = table_.find_if_held(name);
+  return t ? gbase_[size_t(u)] + (t->offset - units_[size_t(u)].begin) : nullptr;
+}
+BlockWeights Gpt::block_weights(int u, TypedPtr w, int layer) const {
+  const size_t base = units_[size_t(u)].begin;
+  return BlockWeights::lookup(layer, [&](const std::string& name) {
+    if (const ParamInfo* t = table_.find_if_held(name)) return w + (t->offset - base);
+    if (const ParamInfo* f = frozen_table_.find_if_held(name)) return frozen_ + f->offset;
+    return TypedPtr();
+  });
+}
+BlockGrads Gpt::block_grads(int u, float* dw, int layer) const {
+  const size_t base = units_[size_t(u)].begin;
+  return BlockGrads::lookup(layer, [&](const std::string& name) -> float* {
+    const ParamInfo* t = table_.find_if_held(name);
+    return t && dw ? dw + (t->offset - base) : nullptr;
+  });
+}
+
+// Unit -1 (a part of the model with nothing trainable: LoRA's frozen embedding or final
+// LayerNorm) has no weights to acquire and no gradients.
 TypedPtr Gpt::weights(int u, int next) {
+  if (u < 0) return TypedPtr();
   if (storage_ && holds_ == ModelHolds::Nothing) wbase_[size_t(u)] = storage_->acquire_weights(u, next);
   return wbase_[size_t(u)];
 }
 void Gpt::release(int u) {
+  if (u < 0) return;
   if (storage_ && holds_ == ModelHolds::Nothing) {
     storage_->release_weights(u);
     wbase_[size_t(u)] = TypedPtr();
   }
 }
 float* Gpt::grads_of(int u) {
+  if (u < 0) return nullptr;
   if (storage_ && holds_ != ModelHolds::All) gbase_[size_t(u)] = storage_->acquire_grads(u);
   return gbase_[size_t(u)];
 }
 void Gpt::grads_done(int u) {
+  if (u < 0) return;
   if (storage_ && holds_ != ModelHolds::All) {
     storage_->grads_done(u);
     gbase_[size_t(u)] = nullptr;
@@ -196,6 +249,14 @@ void Gpt::alloc_block_buffers(BlockActs& a, bool with_att) {
   a.ln2_rstd = alloc_f32(N);
   a.fch = alloc_act(N * 4 * Ct);
   a.fch_gelu = alloc_act(N * 4 * Ct);
+  const LoraSpec& l = shape_.lora;
+  if (l.on()) {
+    const size_t nr = N * size_t(l.rank);
+    if (l.qkv) a.qkv_us = alloc_act(nr);
+    if (l.attn_proj) a.attn_proj_us = alloc_act(nr);
+    if (l.fc) a.fc_us = alloc_act(nr);
+    if (l.mlp_proj) a.mlp_proj_us = alloc_act(nr);
+  }
 }
 
 // The buffers block i of slot s writes in the forward pass: its own, or (recompute) partly or
@@ -234,8 +295,7 @@ double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, flo
   for (int i = 0; i < L; ++i) {
     const int u = unit_of_block_[size_t(i)];
     const TypedPtr w = weights(u, i + 1 < L ? unit_of_block_[size_t(i) + 1] : after_blocks);
-    block_.forward(BlockWeights::at(table_, w, stage_.first_layer + i, units_[size_t(u)].begin), x, acts(s, i),
-                   proj_scratch_);
+    block_.forward(block_weights(u, w, stage_.first_layer + i), x, acts(s, i), proj_scratch_);
     release(u);
     x = s.layers[size_t(i)].res3;
   }
@@ -289,9 +349,8 @@ void Gpt::backward(int slot) {
   // tp rank).
   for (int i = L - 1; i >= 0; --i) {
     const int l = stage_.first_layer + i, u = unit_of_block_[size_t(i)];
-    const size_t base = units_[size_t(u)].begin;
-    const BlockWeights w = BlockWeights::at(table_, weights(u, i > 0 ? unit_of_block_[size_t(i) - 1] : -1), l, base);
-    const BlockGrads dw = BlockGrads::at(table_, grads_of(u), l, base);
+    const BlockWeights w = block_weights(u, weights(u, i > 0 ? unit_of_block_[size_t(i) - 1] : -1), l);
+    const BlockGrads dw = block_grads(u, grads_of(u), l);
     const ConstTypedPtr x = i == 0 ? s.input : s.layers[size_t(i) - 1].res3;
     const BlockActs a = acts(s, i);
     if (recompute_ == Recompute::Full) {
@@ -304,7 +363,7 @@ void Gpt::backward(int slot) {
     release(u);
     grads_done(u);
   }
-  if (stage_.first) {
+  if (stage_.first && unit_embed_ >= 0) {  // (a frozen embedding: nothing to compute)
     grads_of(unit_embed_);
     embed_.backward(g(unit_embed_, "wte"), g(unit_embed_, "wpe"), dresidual_, s.tokens, B_, T);
   }
@@ -319,8 +378,8 @@ void Gpt::backward(int slot) {
 
 std::vector<size_t> Gpt::grad_ready_points() const {
   std::vector<size_t> pts;
-  if (stage_.last) pts.push_back(table_.find("ln_f.weight").offset);
-  for (int i = stage_.n_layers - 1; i >= 0; --i) pts.push_back(table_.layer_range(stage_.first_layer + i).first);
+  if (stage_.last && unit_final_ >= 0) pts.push_back(units_[size_t(unit_final_)].begin);
+  for (int i = stage_.n_layers - 1; i >= 0; --i) pts.push_back(units_[size_t(unit_of_block_[size_t(i)])].begin);
   pts.push_back(0);
   return pts;
 }

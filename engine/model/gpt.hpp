@@ -64,7 +64,15 @@ class Gpt {
   const GptShape& shape() const { return shape_; }
   const TensorParallel& tp() const { return tp_; }
   const StageSpec& stage() const { return stage_; }
+  // The trainable parameters (what the optimizer, the gradient reduction and checkpoints see):
+  // every tensor, or with LoRA (GptShape::lora) the adapters and whatever else trains.
   const ParamTable& table() const { return table_; }
+  // With LoRA: the frozen base tensors (no gradients, no optimizer state), held in the compute
+  // dtype, whole on every data-parallel rank (this rank's tp slices). Empty without LoRA.
+  const ParamTable& frozen_table() const { return frozen_table_; }
+  // Sets the frozen tensors from host fp32 (frozen_table().total() values, its flat layout).
+  void set_frozen(const float* host);
+  size_t frozen_bytes() const { return frozen_table_.total() * dtype_size(compute_); }
   int micro_batch() const { return B_; }
   size_t num_params() const { return table_.total(); }
   DType compute_dtype() const { return compute_; }
@@ -129,9 +137,13 @@ class Gpt {
   size_t grad_bytes() const { return grads_ ? table_.total() * sizeof(float) : 0; }
 
  private:
-  // Tensor `name` of unit u, whose weights / gradients were acquired (weights(), grads_of()).
-  TypedPtr p(int u, const std::string& name) { return wbase_[size_t(u)] + (table_.find(name).offset - units_[size_t(u)].begin); }
-  float* g(int u, const std::string& name) { return gbase_[size_t(u)] + (table_.find(name).offset - units_[size_t(u)].begin); }
+  // Tensor `name`: a trainable one of unit u, whose weights / gradients were acquired (weights(),
+  // grads_of()), or a frozen one (no gradient: null).
+  TypedPtr p(int u, const std::string& name) const;
+  float* g(int u, const std::string& name) const;
+  // Block `layer`'s tensors (unit u's trainable ones from `w` / `dw`, the rest frozen).
+  BlockWeights block_weights(int u, TypedPtr w, int layer) const;
+  BlockGrads block_grads(int u, float* dw, int layer) const;
   // Unit u's weights for the pass about to use them (`next`: the unit used after it), and back.
   TypedPtr weights(int u, int next);
   void release(int u);
@@ -143,6 +155,7 @@ class Gpt {
   TensorParallel tp_;
   StageSpec stage_;
   ParamTable table_;
+  ParamTable frozen_table_;
   int B_;
   // The layers (views: they hold no memory).
   VocabParallelEmbedding embed_;    // wte slice (Vp/tp,C) + wpe (T,C): first stage
@@ -154,6 +167,7 @@ class Gpt {
   float* params_ = nullptr;
   float* grads_ = nullptr;
   TypedPtr wparams_;  // compute copy (== params_ in fp32)
+  TypedPtr frozen_;   // the frozen tensors, compute dtype (null without any)
   UnitStorage* storage_ = nullptr;
   std::vector<ParamUnit> units_;
   int unit_embed_ = -1, unit_final_ = -1;  // -1: this stage has none

@@ -10,6 +10,9 @@
 // over the tp group. Shapes marked /tp are per rank; N = B*T.
 //
 // The block holds no memory: weights, saved activations and scratch are views the model owns.
+#include <functional>
+#include <string>
+
 #include "engine/model/gpt_shape.hpp"
 #include "engine/model/param_table.hpp"
 #include "engine/model/tp_layers.hpp"
@@ -28,8 +31,17 @@ struct BlockTensors {
   P ln2_w, ln2_b;              // (C), (C)
   P fc_w, fc_b;                // (4C/tp, C), (4C/tp)
   P mlp_proj_w, mlp_proj_b;    // (C, 4C/tp), (C)
-  // `base` addresses flat element `base_offset` (a unit's buffer: its first offset; 0: the whole buffer).
+  // LoRA adapters (null where the layer has none): A ("la") and B ("lb") of each target.
+  P qkv_la, qkv_lb;              // (r, C), (3C/tp, r)
+  P attn_proj_la, attn_proj_lb;  // (r, C/tp), (C, r)
+  P fc_la, fc_lb;                // (r, C), (4C/tp, r)
+  P mlp_proj_la, mlp_proj_lb;    // (r, 4C/tp), (C, r)
+  // `base` addresses flat element `base_offset` (a unit's buffer: its first offset; 0: the whole
+  // buffer); tensors `table` does not hold (adapters of a model without them) are null.
   static BlockTensors at(const ParamTable& table, P base, int layer, size_t base_offset = 0);
+  // Each tensor from `find(full name)` (null where there is none): weights split between a
+  // trainable and a frozen buffer, gradients only for the trainable ones.
+  static BlockTensors lookup(int layer, const std::function<P(const std::string&)>& find);
 };
 using BlockWeights = BlockTensors<TypedPtr>;
 using BlockGrads = BlockTensors<float*>;
@@ -47,6 +59,8 @@ struct BlockActs {
   float *ln2_mean, *ln2_rstd;
   TypedPtr fch, fch_gelu;        // (N,4C/tp) each
   TypedPtr res3;                 // block output = next block's input
+  // LoRA: each target's scaled low-rank activation us = scale * (x A^T), (N, r); null if none.
+  TypedPtr qkv_us, attn_proj_us, fc_us, mlp_proj_us;
 };
 
 // Gradient scratch shared by all blocks of a rank, in the compute dtype.
@@ -55,11 +69,15 @@ struct BlockGradScratch {
   TypedPtr datty;  // (N,C/tp)
   TypedPtr dqkv;   // (N,3C/tp)
   TypedPtr dfch;   // (N,4C/tp)
+  // LoRA (null without adapters): the low-rank gradient (N, r) and a (N, max(C, 4C/tp)) scratch.
+  TypedPtr lora_du, lora_wide;
 };
 
 class GptBlock {
  public:
   GptBlock(Backend& be, TensorParallel tp, const GptShape& shape, int micro_batch);
+  // LoRA's forward needs a scratch of (N, max(C, 4C/tp)) for the branch's output: the model's.
+  void set_lora_scratch(TypedPtr wide) { lora_wide_ = wide; }
   // x (N,C) -> a.res3, filling a's buffers. `proj` (N,C) is scratch for the projections' outputs.
   void forward(const BlockWeights& w, ConstTypedPtr x, const BlockActs& a, TypedPtr proj) const;
   // Selective recompute: attention's saved state a.att again, from the kept a.qkv (its output,
@@ -75,6 +93,9 @@ class GptBlock {
   int B_, T_, C_, Ct_, NHt_;  // Ct_ = C/tp, NHt_ = NH/tp
   ColumnParallelLinear qkv_, fc_;
   RowParallelLinear attn_proj_, mlp_proj_;
+  LoraColumn qkv_lora_, fc_lora_;
+  LoraRow attn_proj_lora_, mlp_proj_lora_;
+  TypedPtr lora_wide_;
 };
 
 }  // namespace loom

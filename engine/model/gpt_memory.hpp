@@ -2,6 +2,7 @@
 // How many bytes of activations the model allocates on a rank, as a pure function of the shape,
 // layout and compute dtype: what `loom plan` predicts memory from. Gpt's constructor checks that
 // what it really allocated equals this (so the two cannot drift apart).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -45,9 +46,15 @@ inline GptActivationBytes gpt_activation_bytes(const GptShape& s, int micro_batc
   constexpr size_t f32 = 4;
   GptActivationBytes a;
   const size_t stats = 2 * N * f32;  // a LayerNorm's mean and rstd
+  // LoRA: each target keeps its (N, r) low-rank activation; one (N, r) gradient and one
+  // (N, max(C, 4C/tp)) scratch per rank.
+  const LoraSpec& lora = s.lora;
+  const size_t targets = lora.on() ? size_t(lora.qkv) + lora.attn_proj + lora.fc + lora.mlp_proj : 0;
+  const size_t lora_kept = act * targets * N * size_t(lora.rank);
+  const size_t lora_shared = targets ? act * (N * size_t(lora.rank) + N * std::max(C, 4 * Ct)) : 0;
   const size_t per_layer = act * (N * C /*ln1*/ + N * 3 * Ct /*qkv*/ + N * Ct /*atty*/ + N * C /*res2*/ +
                                   N * C /*ln2*/ + N * 4 * Ct /*fch*/ + N * 4 * Ct /*gelu*/ + N * C /*res3*/) +
-                           2 * stats + attention_saved_bytes;
+                           2 * stats + attention_saved_bytes + lora_kept;
   size_t kept_per_layer = per_layer, shared_layer = 0;
   if (recompute == Recompute::Selective) {
     kept_per_layer -= attention_saved_bytes;
@@ -61,7 +68,7 @@ inline GptActivationBytes gpt_activation_bytes(const GptShape& s, int micro_batc
   a.shared = f32 * (N /*losses*/ + N /*ce max*/ + 2 * N /*ce partials*/) +
              act * (N * C /*proj scratch*/ + 3 * N * C /*dresidual, dln, dout*/ + N * Ct /*datty*/ +
                     N * 3 * Ct /*dqkv*/ + N * 4 * Ct /*dfch*/) +
-             (stage_layers > 0 ? shared_layer : 0);
+             (stage_layers > 0 ? shared_layer + lora_shared : 0);
   a.ints = 4 * 2 * N * size_t(slots);
   return a;
 }

@@ -12,6 +12,24 @@ struct StageSpec {
   bool first = true, last = true;
 };
 
+// LoRA (Hu et al. 2021): each targeted linear layer W (OC, C) gains a trainable low-rank branch,
+// y = x W^T + b + (alpha / rank) * (x A^T) B^T with A (rank, C) and B (OC, rank), B starting at
+// zero so that training starts from the base model. With rank > 0 the base weights are frozen
+// (no gradients, no optimizer state) and only the adapters (and, if asked, the embeddings and
+// LayerNorms) train. rank 0: no adapters, everything trains.
+struct LoraSpec {
+  int rank = 0;
+  double alpha = 16;
+  bool qkv = true, attn_proj = true, fc = true, mlp_proj = true;  // the targets
+  bool train_embeddings = false, train_layernorm = false;
+  bool on() const { return rank > 0; }
+  double scale() const { return rank > 0 ? alpha / rank : 0.0; }
+  bool operator==(const LoraSpec& o) const {
+    return rank == o.rank && alpha == o.alpha && qkv == o.qkv && attn_proj == o.attn_proj && fc == o.fc &&
+           mlp_proj == o.mlp_proj && train_embeddings == o.train_embeddings && train_layernorm == o.train_layernorm;
+  }
+};
+
 struct GptShape {
   int n_layer = 0;     // L
   int n_head = 0;      // NH
@@ -19,9 +37,10 @@ struct GptShape {
   int vocab = 0;       // V: real token ids are [0, V)
   int vocab_pad = 0;   // Vp: V rounded up to a multiple of 128 (embedding rows / logits columns)
   int seq_len = 0;     // T
+  LoraSpec lora;       // adapters (off by default)
 
   static GptShape make(int n_layer, int n_head, int d_model, int vocab, int seq_len, int vocab_multiple = 128) {
-    GptShape s{n_layer, n_head, d_model, vocab, 0, seq_len};
+    GptShape s{n_layer, n_head, d_model, vocab, 0, seq_len, LoraSpec{}};
     s.vocab_pad = (vocab + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
     return s;
   }

@@ -67,14 +67,37 @@ std::vector<ParamUnit> param_units(const ParamTable& table) {
   return units;
 }
 
-ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
+bool is_lora_adapter(const std::string& name) {
+  auto ends = [&](const char* suffix) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+  };
+  return ends(".lora_a") || ends(".lora_b");
+}
+
+ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage, ParamSet which) {
   if (stage.n_layers < 0) stage.n_layers = s.n_layer;
+  const LoraSpec& lora = s.lora;
+  // Whether a tensor of the base model belongs to the set asked for (adapters: always trainable).
+  auto wanted = [&](const std::string& name) {
+    bool trainable = true;
+    if (lora.on()) {
+      const bool embedding = name == "wte" || name == "wpe";
+      const bool layernorm = name.find(".ln1.") != std::string::npos || name.find(".ln2.") != std::string::npos ||
+                             name.rfind("ln_f.", 0) == 0;
+      trainable = is_lora_adapter(name) || (embedding && lora.train_embeddings) || (layernorm && lora.train_layernorm);
+    }
+    return trainable == (which == ParamSet::Trainable);
+  };
   const int64_t C = s.d_model, Vt = s.vocab_pad / tp;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   using N = ParamInit;
+  const int64_t R = lora.rank;
+  auto a_std = [](int64_t in) { return 1.0 / std::sqrt(3.0 * double(in)); };
   ParamTable t;
   int layer = -1;  // the block being added, -1 outside the blocks
   auto replicated = [&](std::string name, std::vector<int64_t> shape, bool decay, N init, double sd = 0) {
+    if (!wanted(name)) return;
     ParamInfo p;
     p.name = std::move(name);
     p.shape = std::move(shape);
@@ -86,6 +109,7 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
   };
   // Column-parallel: output rows split; `parts` equal blocks of `block` rows each (qkv: 3).
   auto rows = [&](std::string name, int64_t block, int parts, int64_t cols, bool decay, N init, double sd = 0) {
+    if (!wanted(name)) return;
     ParamInfo p;
     p.name = std::move(name);
     p.split = TpSplit::Rows;
@@ -101,6 +125,7 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
   };
   // Row-parallel: input columns split.
   auto cols = [&](std::string name, int64_t out, int64_t in, double sd) {
+    if (!wanted(name)) return;
     ParamInfo p;
     p.name = std::move(name);
     p.split = TpSplit::Cols;
@@ -115,7 +140,7 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
   };
   // The first stage embeds, the last stage's head is tied to the same wte: both hold a copy,
   // which are two tied copies when they are different stages.
-  if (stage.first || stage.last) {
+  if ((stage.first || stage.last) && wanted("wte")) {
     ParamInfo wte;  // vocab-parallel: rank r holds vocabulary rows [r*Vp/tp, (r+1)*Vp/tp)
     wte.name = "wte";
     wte.split = tp > 1 ? TpSplit::Rows : TpSplit::Replicated;
@@ -137,14 +162,30 @@ ParamTable gpt_param_table(const GptShape& s, int r, int tp, StageSpec stage) {
     replicated(h + "ln1.bias", {C}, false, N::Zeros);
     rows(h + "attn.qkv.weight", C, 3, C, true, N::Normal, std);  // q | k | v, heads split
     rows(h + "attn.qkv.bias", C, 3, 0, false, N::Zeros);
+    if (lora.on() && lora.qkv) {
+      replicated(h + "attn.qkv.lora_a", {R, C}, true, N::Normal, a_std(C));
+      rows(h + "attn.qkv.lora_b", C, 3, R, true, N::Zeros);
+    }
     cols(h + "attn.proj.weight", C, C, proj_std);
     replicated(h + "attn.proj.bias", {C}, false, N::Zeros);
+    if (lora.on() && lora.attn_proj) {
+      cols(h + "attn.proj.lora_a", R, C, a_std(C));
+      replicated(h + "attn.proj.lora_b", {C, R}, true, N::Zeros);
+    }
     replicated(h + "ln2.weight", {C}, false, N::Ones);
     replicated(h + "ln2.bias", {C}, false, N::Zeros);
     rows(h + "mlp.fc.weight", 4 * C, 1, C, true, N::Normal, std);
     rows(h + "mlp.fc.bias", 4 * C, 1, 0, false, N::Zeros);
+    if (lora.on() && lora.fc) {
+      replicated(h + "mlp.fc.lora_a", {R, C}, true, N::Normal, a_std(C));
+      rows(h + "mlp.fc.lora_b", 4 * C, 1, R, true, N::Zeros);
+    }
     cols(h + "mlp.proj.weight", C, 4 * C, proj_std);
     replicated(h + "mlp.proj.bias", {C}, false, N::Zeros);
+    if (lora.on() && lora.mlp_proj) {
+      cols(h + "mlp.proj.lora_a", R, 4 * C, a_std(4 * C));
+      replicated(h + "mlp.proj.lora_b", {C, R}, true, N::Zeros);
+    }
   }
   layer = -1;
   if (stage.last) {

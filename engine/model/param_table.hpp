@@ -83,13 +83,26 @@ struct ParamUnit {
 // The units of `table`, in flat order (they tile [0, table.total())).
 std::vector<ParamUnit> param_units(const ParamTable& table);
 
+// Which of the model's tensors a table holds. Without LoRA every tensor trains and the frozen set
+// is empty. With LoRA (GptShape::lora) the trainable set is the adapters ("h.L.attn.qkv.lora_a",
+// "...lora_b", likewise attn.proj, mlp.fc, mlp.proj), plus the embeddings and/or LayerNorms if
+// they train; the frozen set is the rest of the base model.
+enum class ParamSet { Trainable, Frozen };
+
 // GPT-2 layout, layer-major (wte, wpe, h.0.*, h.1.*, ..., ln_f.*), so that each layer is one
 // contiguous range; for rank `tp_rank` of `tp` (Megatron's column/row-parallel split, and the
 // vocab-parallel embedding). Init follows GPT-2: N(0, 0.02), residual projections
 // N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weight 1. wte has Vp rows; padding rows are zero.
 // A pipeline stage's table holds only its part (StageSpec); names and ParamInfo::layer keep global
 // layer numbers, and wte is marked tied / tied_copy when the first and last stages differ.
-ParamTable gpt_param_table(const GptShape& s, int tp_rank = 0, int tp = 1, StageSpec stage = {});
+// With LoRA, the adapters of a column-parallel layer (qkv, mlp.fc) are A (rank, C) replicated and
+// B (OC, rank) split by rows like the weight; of a row-parallel layer (the projections) A
+// (rank, C) split by columns like the weight and B (OC, rank) replicated. A is initialised
+// N(0, 1/(3C)) (the spread of PyTorch's default Linear init), B zero.
+ParamTable gpt_param_table(const GptShape& s, int tp_rank = 0, int tp = 1, StageSpec stage = {},
+                           ParamSet which = ParamSet::Trainable);
+// Whether tensor `name` is a LoRA adapter (its name ends in ".lora_a" or ".lora_b").
+bool is_lora_adapter(const std::string& name);
 
 // Fills `host` (table.total() floats) with the initial values, from `seed`. Element (i, j) of
 // global tensor P is a pure function of (seed, P's name, i * cols + j): any rank generates its

@@ -62,4 +62,43 @@ void VocabParallelCrossEntropy::forward(float* losses, TypedPtr logits, const in
                           write_grad);
 }
 
+// us = scale * x A^T: axpy by (scale - 1) scales in place.
+void LoraColumn::forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide,
+                         int N) const {
+  const size_t nr = size_t(N) * r_;
+  be_.matmul_forward(us, x, A, ConstTypedPtr(), N, in_, r_);
+  be_.axpy(us, us, scale_ - 1.0f, nr);
+  be_.matmul_forward(wide, us, B, ConstTypedPtr(), N, r_, out_);
+  be_.residual_forward(y, y, wide, size_t(N) * out_);
+}
+
+void LoraColumn::backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
+                          ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const {
+  const size_t nr = size_t(N) * r_;
+  be_.matmul_backward(du, dB, nullptr, dy, us, B, N, r_, out_);  // du = dy B (this rank's columns); dB += dy^T us
+  tp_all_reduce(tp_, du, nr);
+  be_.axpy(du, du, scale_ - 1.0f, nr);
+  be_.matmul_backward(wide, dA, nullptr, du, x, A, N, in_, r_);  // wide = du A; dA += du^T x
+  be_.residual_forward(dinp, dinp, wide, size_t(N) * in_);
+}
+
+void LoraRow::forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide,
+                      int N) const {
+  const size_t nr = size_t(N) * r_;
+  be_.matmul_forward(us, x, A, ConstTypedPtr(), N, in_, r_);  // this rank's input columns' part
+  tp_all_reduce(tp_, us, nr);
+  be_.axpy(us, us, scale_ - 1.0f, nr);
+  be_.matmul_forward(wide, us, B, ConstTypedPtr(), N, r_, out_);
+  be_.residual_forward(y, y, wide, size_t(N) * out_);
+}
+
+void LoraRow::backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
+                       ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const {
+  const size_t nr = size_t(N) * r_;
+  be_.matmul_backward(du, dB, nullptr, dy, us, B, N, r_, out_);  // the same on every rank
+  be_.axpy(du, du, scale_ - 1.0f, nr);
+  be_.matmul_backward(wide, dA, nullptr, du, x, A, N, in_, r_);
+  be_.residual_forward(dinp, dinp, wide, size_t(N) * in_);
+}
+
 }  // namespace loom

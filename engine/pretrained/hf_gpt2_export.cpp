@@ -1,5 +1,7 @@
 #include "engine/pretrained/hf_gpt2_export.hpp"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -95,6 +97,10 @@ void export_hf_gpt2(const PretrainedSource& src, const std::string& out, const H
     if (!opt.vocab.empty()) copy_file(opt.vocab, work / "vocab.json", "the GPT-2 vocabulary");
     if (!opt.merges.empty()) copy_file(opt.merges, work / "merges.txt", "the GPT-2 merges");
     if (fs::exists(target, ec)) fs::remove(target, ec);  // the empty directory checked above
+    // mkdtemp made it 0700: give it the permissions a new directory gets (umask).
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    fs::permissions(work, fs::perms(0777 & ~mask), ec);
     fs::rename(work, target, ec);
     if (ec) throw std::runtime_error("renaming " + work.string() + " to " + target.string() + ": " + ec.message());
   } catch (...) {

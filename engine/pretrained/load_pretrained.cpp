@@ -4,6 +4,7 @@ namespace loom {
 
 void load_pretrained(const ParamTable& table, const GptShape& shape, const PretrainedSource& src, float* host) {
   for (const ParamInfo& p : table.params()) {
+    if (is_lora_adapter(p.name)) continue;  // adapters are the fine-tuning's own, from their init
     GlobalTensor want{p.name, p.global_shape};
     if (p.name == "wte") want.shape[0] = shape.vocab;  // the padding rows are Loom's own
     const std::vector<float> global = src.tensor(want);

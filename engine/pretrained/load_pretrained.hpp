@@ -8,7 +8,7 @@
 
 namespace loom {
 
-// Overwrites every tensor of `table` in `host` (table.total() floats, the model's flat layout)
+// Overwrites every tensor of `table` but LoRA adapters in `host` (table.total() floats, the model's flat layout)
 // with its slice of `src`'s tensor; wte's padding rows become zero. Throws std::runtime_error
 // naming the source and tensor on a missing tensor or a wrong shape.
 void load_pretrained(const ParamTable& table, const GptShape& shape, const PretrainedSource& src, float* host);

@@ -58,4 +58,8 @@ std::unique_ptr<PretrainedSource> open_hf_gpt2(const std::string& dir);
 std::unique_ptr<PretrainedSource> open_llmc(const std::string& file);
 std::unique_ptr<PretrainedSource> open_loom_checkpoint(const std::string& dir);
 
+// A LoRA checkpoint's adapters in PEFT's layout (adapter_model.safetensors + adapter_config.json
+// in `out`, which must not exist or be empty), for PeftModel.from_pretrained on the base model.
+void export_peft_adapters(const std::string& checkpoint, const std::string& out);
+
 }  // namespace loom

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/config/recipe_io.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "engine/train/evaluation.hpp"
@@ -109,7 +110,8 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
   const auto& m = r_.model;
   const int tp = r_.parallel.tp, pp = r_.parallel.pp, stage = groups_.coord().pp;
   // The vocabulary is padded to a multiple of 128 * tp: every rank gets an equal, aligned slice.
-  const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
+  GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
+  shape.lora = lora_spec(r_.lora);
   // Pipeline stage: contiguous blocks; the first stage embeds, the last computes the loss.
   const std::vector<int> per_stage = r_.stage_layers();
   StageSpec spec{0, per_stage[size_t(stage)], stage == 0, stage == pp - 1};
@@ -129,13 +131,18 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
                                    recompute_from_name(r_.train.recompute), compute_, holds);
     init.resize(model_->num_params());
     init_params(model_->table(), shape, r_.train.seed, init.data());
+    // With LoRA, the frozen base: from model.init_from, else the seed's random init.
+    std::vector<float> frozen(model_->frozen_table().total());
+    init_params(model_->frozen_table(), shape, r_.train.seed, frozen.data());
     if (!m.init_from.empty()) {
       allocating = "the pretrained weights (model.init_from)";
       const std::unique_ptr<PretrainedSource> src = open_pretrained(m.init_from);
       if (std::string why = pretrained_mismatch(m, *src); !why.empty())
         throw std::runtime_error("model.init_from: " + why);
       load_pretrained(model_->table(), shape, *src, init.data());
+      load_pretrained(model_->frozen_table(), shape, *src, frozen.data());
     }
+    model_->set_frozen(frozen.data());
     allocating = "the optimizer (gradient reduction buffers and state)";
     const auto& o = r_.optim;
     DistOptimConfig cfg;
@@ -206,6 +213,18 @@ void Trainer::print_header() const {
               model_->num_params() / 1e6, r_.global_batch_resolved(), r_.train.micro_batch, layout_.micro_steps,
               r_.parallel.dp, (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(),
               peak_flops_ / 1e9, optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
+  if (model_->shape().lora.on()) {
+    // The memory report LoRA is for: what trains (master, gradients, optimizer state) against the
+    // frozen base (weights only).
+    const LoraSpec& l = model_->shape().lora;
+    std::printf("loom: LoRA rank %d, alpha %g (scale %g), targets %s: %.3fM trainable parameters on rank 0 "
+                "(master + gradients %.2f MB, optimizer state %.2f MB); frozen base %.2fM parameters, %.2f MB (%s, "
+                "no gradients, no optimizer state)\n",
+                l.rank, l.alpha, l.scale(), r_.lora.targets.c_str(), model_->num_params() / 1e6,
+                (model_->param_bytes() + model_->grad_bytes()) / 1e6, optim_->state_bytes() / 1e6,
+                model_->frozen_table().total() / 1e6, model_->frozen_bytes() / 1e6,
+                r_.lora.quantize == "none" ? dtype_name(compute_) : r_.lora.quantize.c_str());
+  }
   if (compute_ != DType::f32) {
     char scale[64] = "";
     if (scaler_->enabled()) std::snprintf(scale, sizeof scale, "; dynamic loss scale from %g", scaler_->scale());

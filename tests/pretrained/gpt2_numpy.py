@@ -8,6 +8,7 @@ use it to make fixtures Loom must import and to check what Loom exports.
   make-llmc FILE --from DIR [--version 3|5]          the same weights in llm.c's .bin layout
   logits DIR --tokens 1,2,3 --out FILE               float32 logits [T, V] of one sequence
   same-tensors DIR_A DIR_B                           exit 0 iff both hold bit-identical tensors
+  check-merge BASE MERGED PEFT                       a merged LoRA export = base + scale * B A
 """
 import argparse
 import json
@@ -223,6 +224,37 @@ def same_tensors(a):
     return 0
 
 
+def check_merge(a):
+    """The merged export equals base + (alpha / r) * B A on every adapted weight (Conv1D: its
+    transpose), and every other tensor is the base's, bit for bit."""
+    _, base = load_hf(a.base)
+    _, merged = load_hf(a.merged)
+    cfg = json.load(open(os.path.join(a.peft, "adapter_config.json")))
+    ad, _ = read_safetensors(os.path.join(a.peft, "adapter_model.safetensors"))
+    scale = cfg["lora_alpha"] / cfg["r"]
+    adapted = set()
+    worst = 0.0
+    for name in ad:
+        if not name.endswith(".lora_A.weight"):
+            continue
+        module = name[len("base_model.model.transformer."):-len(".lora_A.weight")]
+        A = ad[name].astype(np.float64)
+        B = ad[name.replace("lora_A", "lora_B")].astype(np.float64)
+        assert A.shape[0] == cfg["r"] and B.shape[1] == cfg["r"], (name, A.shape, B.shape)
+        want = base[module + ".weight"].astype(np.float64) + scale * (B @ A).T  # Conv1D [in, out]
+        got = merged[module + ".weight"].astype(np.float64)
+        err = float(np.abs(got - want).max() / max(1e-30, np.abs(want).max()))
+        worst = max(worst, err)
+        adapted.add(module + ".weight")
+    assert adapted, "no adapters"
+    same = [k for k in base if k not in adapted and k != "lm_head.weight"]
+    bad = [k for k in same if base[k].tobytes() != merged[k].tobytes()]
+    assert not bad, f"frozen tensors changed: {bad[:5]}"
+    print(f"{len(adapted)} adapted weights = base + {scale:g} * B A (max relative error {worst:.2e}); "
+          f"{len(same)} other tensors bit-identical to the base")
+    return 0 if worst < 1e-6 else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -245,8 +277,13 @@ def main():
     s = sub.add_parser("same-tensors")
     s.add_argument("a")
     s.add_argument("b")
+    k = sub.add_parser("check-merge")
+    k.add_argument("base")
+    k.add_argument("merged")
+    k.add_argument("peft")
     a = p.parse_args()
-    return {"make-hf": make_hf, "make-llmc": make_llmc, "logits": logits, "same-tensors": same_tensors}[a.cmd](a) or 0
+    return {"make-hf": make_hf, "make-llmc": make_llmc, "logits": logits, "same-tensors": same_tensors,
+            "check-merge": check_merge}[a.cmd](a) or 0
 
 
 if __name__ == "__main__":
