@@ -47,8 +47,11 @@ __device__ float block_reduce(float x, float* shared) {
 template <typename T>
 __global__ void attention_cached_kernel(T* out, const T* kcache, const T* vcache, const T* qkv, int Tq, int pos,
                                         int Tmax, int C, int NH) {
-  extern __shared__ float score[];  // pos + Tq
-  __shared__ float red[kThreads / 32];
+  // One dynamic buffer: the reduction's per-warp slots, then pos + Tq scores (the kernel reads
+  // only scores [0, keys); the launch sizes it for the longest row of the call).
+  extern __shared__ float smem[];
+  float* red = smem;
+  float* score = smem + kThreads / 32;
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hs = C / NH, keys = pos + i + 1;
   const float scale = rsqrtf(float(hs));
@@ -83,7 +86,9 @@ void attention_cached(TypedPtr out, TypedPtr kcache, TypedPtr vcache, ConstTyped
     kv_append_kernel<<<dim3(unsigned(Tq), unsigned(B)), kThreads, 0, ctx.stream>>>(
         act_mut<T>(kcache), act_mut<T>(vcache), act<T>(qkv), Tq, pos, Tmax, C);
     LOOM_CUDA_LAUNCHED();
-    const size_t shared = size_t(pos + Tq) * sizeof(float);
+    // + 4: the compiled weighted-sum loop reads scores three at a time and may read up to two
+    // past the row's last (unused; compute-sanitizer's memcheck flagged it on an H100, sm_90).
+    const size_t shared = (size_t(kThreads / 32) + size_t(pos + Tq) + 4) * sizeof(float);
     attention_cached_kernel<<<dim3(unsigned(Tq), unsigned(NH), unsigned(B)), kThreads, shared, ctx.stream>>>(
         act_mut<T>(out), act_mut<T>(kcache), act_mut<T>(vcache), act<T>(qkv), Tq, pos, Tmax, C, NH);
     LOOM_CUDA_LAUNCHED();
