@@ -18,6 +18,8 @@ LoraSpec lora_spec(const LoraConfig& c) {
   }
   s.train_embeddings = c.train_embeddings;
   s.train_layernorm = c.train_layernorm;
+  s.quantize = c.quantize == "int8" ? 1 : c.quantize == "nf4" ? 2 : 0;
+  s.quant_block = c.quant_block;
   return s;
 }
 

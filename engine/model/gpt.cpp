@@ -1,6 +1,7 @@
 #include "engine/model/gpt.hpp"
 
 #include "engine/model/gpt_memory.hpp"
+#include "kernels/quantize.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -53,8 +54,47 @@ Gpt::Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParalle
                                       : TypedPtr(alloc_bytes(table_.total() * dtype_size(compute_), false), compute_);
   }
   if (holds_ == ModelHolds::All) grads_ = alloc_f32(table_.total(), false);
-  if (frozen_table_.total() > 0)
-    frozen_ = TypedPtr(alloc_bytes(frozen_table_.total() * dtype_size(compute_), false), compute_);
+  // The frozen base: dense in the compute dtype, or (QLoRA) the blocks' linear weights quantized.
+  {
+    const LoraSpec& l = shape.lora;
+    auto quantized = [&](const std::string& name) {
+      if (l.quantize == 0) return false;
+      for (const char* w : {".attn.qkv.weight", ".attn.proj.weight", ".mlp.fc.weight", ".mlp.proj.weight"}) {
+        const size_t n = std::char_traits<char>::length(w);
+        if (name.size() > n && name.compare(name.size() - n, n, w) == 0) return true;
+      }
+      return false;
+    };
+    size_t dense = 0;
+    std::unordered_map<int, size_t> per_layer;  // quantized elements of each block
+    for (const ParamInfo& p : frozen_table_.params()) {
+      if (!quantized(p.name)) {
+        frozen_dense_[p.name] = dense;
+        dense += p.numel;
+        continue;
+      }
+      if (p.numel % size_t(l.quant_block) != 0)
+        throw std::invalid_argument(p.name + ": " + std::to_string(p.numel) + " elements on this rank are not a multiple of "
+                                    "lora.quant_block = " + std::to_string(l.quant_block));
+      const QuantKind kind = l.quantize == 1 ? QuantKind::Int8 : QuantKind::NF4;
+      QuantizedTensor q;
+      q.n = p.numel;
+      const size_t code_bytes = quantized_bytes(kind, p.numel), scale_bytes = p.numel / size_t(l.quant_block) * 4;
+      q.codes = static_cast<uint8_t*>(alloc_bytes(code_bytes, false));
+      q.scales = static_cast<float*>(alloc_bytes(scale_bytes, false));
+      frozen_bytes_ += code_bytes + scale_bytes;
+      frozen_quant_[p.name] = q;
+      per_layer[p.layer] += p.numel;
+    }
+    if (dense) frozen_ = TypedPtr(alloc_bytes(dense * dtype_size(compute_), false), compute_);
+    frozen_bytes_ += dense * dtype_size(compute_);
+    size_t widest = 0;
+    for (const auto& [layer, n] : per_layer) widest = std::max(widest, n);
+    if (widest) {
+      dequant_scratch_ = TypedPtr(alloc_bytes(widest * dtype_size(compute_), false), compute_);
+      frozen_bytes_ += widest * dtype_size(compute_);
+    }
+  }
   if (shape.lora.on()) {
     // LoRA needs every block of the stage to hold adapters (a unit each).
     const LoraSpec& l = shape.lora;
@@ -164,17 +204,59 @@ void Gpt::zero_grads() {
 }
 
 void Gpt::set_frozen(const float* host) {
-  const size_t n = frozen_table_.total();
-  if (!n) return;
-  float* staging = be_.alloc(n);
-  be_.upload(staging, host, n);
-  be_.convert(frozen_, ConstTypedPtr(staging), n);
+  std::vector<float> dense;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  const LoraSpec& l = shape_.lora;
+  const QuantKind kind = l.quantize == 1 ? QuantKind::Int8 : QuantKind::NF4;
+  for (const ParamInfo& p : frozen_table_.params()) {
+    const float* src = host + p.offset;
+    if (auto q = frozen_quant_.find(p.name); q != frozen_quant_.end()) {
+      codes.resize(quantized_bytes(kind, p.numel));
+      scales.resize(p.numel / size_t(l.quant_block));
+      quantize_blockwise(kind, src, p.numel, l.quant_block, codes.data(), scales.data());
+      be_.copy_from_host(q->second.codes, codes.data(), codes.size());
+      be_.upload(q->second.scales, scales.data(), scales.size());
+    } else {
+      dense.insert(dense.end(), src, src + p.numel);
+    }
+  }
+  dequantized_layer_ = -1;
+  if (dense.empty()) return;
+  float* staging = be_.alloc(dense.size());
+  be_.upload(staging, dense.data(), dense.size());
+  be_.convert(frozen_, ConstTypedPtr(staging), dense.size());
   be_.release(staging);
+}
+
+void Gpt::dequantize_block(int layer) {
+  if (frozen_quant_.empty() || dequantized_layer_ == layer) return;
+  const std::string h = "h." + std::to_string(layer) + ".";
+  const LoraSpec& l = shape_.lora;
+  size_t at = 0;
+  dequantized_.clear();
+  for (const char* w : {"attn.qkv.weight", "attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight"}) {
+    const auto q = frozen_quant_.find(h + w);
+    if (q == frozen_quant_.end()) continue;
+    const TypedPtr dst = dequant_scratch_ + at;
+    be_.dequantize(dst, q->second.codes, q->second.scales, q->second.n, l.quant_block, l.quantize == 1 ? 0 : 1);
+    dequantized_[h + w] = dst;
+    at += q->second.n;
+  }
+  dequantized_layer_ = layer;
+}
+
+TypedPtr Gpt::frozen_ptr(const std::string& name) const {
+  if (auto d = frozen_dense_.find(name); d != frozen_dense_.end()) return frozen_ + d->second;
+  if (auto q = dequantized_.find(name); q != dequantized_.end()) return q->second;
+  if (frozen_quant_.count(name)) throw std::logic_error("Gpt: " + name + " used before its block was dequantized");
+  return TypedPtr();
 }
 
 TypedPtr Gpt::p(int u, const std::string& name) const {
   if (const ParamInfo* t = table_.find_if_held(name)) return wbase_[size_t(u)] + (t->offset - units_[size_t(u)].begin);
-  return frozen_ + frozen_table_.find(name).offset;
+  if (TypedPtr f = frozen_ptr(name)) return f;
+  throw std::out_of_range("no parameter named '" + name + "'");
 }
 float* Gpt::g(int u, const std::string& name) const {
   const ParamInfo* t = table_.find_if_held(name);
@@ -184,8 +266,7 @@ BlockWeights Gpt::block_weights(int u, TypedPtr w, int layer) const {
   const size_t base = units_[size_t(u)].begin;
   return BlockWeights::lookup(layer, [&](const std::string& name) {
     if (const ParamInfo* t = table_.find_if_held(name)) return w + (t->offset - base);
-    if (const ParamInfo* f = frozen_table_.find_if_held(name)) return frozen_ + f->offset;
-    return TypedPtr();
+    return frozen_ptr(name);
   });
 }
 BlockGrads Gpt::block_grads(int u, float* dw, int layer) const {
@@ -295,6 +376,7 @@ double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, flo
   for (int i = 0; i < L; ++i) {
     const int u = unit_of_block_[size_t(i)];
     const TypedPtr w = weights(u, i + 1 < L ? unit_of_block_[size_t(i) + 1] : after_blocks);
+    dequantize_block(stage_.first_layer + i);
     block_.forward(block_weights(u, w, stage_.first_layer + i), x, acts(s, i), proj_scratch_);
     release(u);
     x = s.layers[size_t(i)].res3;
@@ -349,6 +431,7 @@ void Gpt::backward(int slot) {
   // tp rank).
   for (int i = L - 1; i >= 0; --i) {
     const int l = stage_.first_layer + i, u = unit_of_block_[size_t(i)];
+    dequantize_block(l);
     const BlockWeights w = block_weights(u, weights(u, i > 0 ? unit_of_block_[size_t(i) - 1] : -1), l);
     const BlockGrads dw = block_grads(u, grads_of(u), l);
     const ConstTypedPtr x = i == 0 ? s.input : s.layers[size_t(i) - 1].res3;

@@ -22,6 +22,8 @@
 // are fp32 (the op list's Fp32 tensors).
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/model/gpt_block.hpp"
@@ -71,8 +73,11 @@ class Gpt {
   // dtype, whole on every data-parallel rank (this rank's tp slices). Empty without LoRA.
   const ParamTable& frozen_table() const { return frozen_table_; }
   // Sets the frozen tensors from host fp32 (frozen_table().total() values, its flat layout).
+  // With QLoRA (lora.quantize) the block weights are quantized here on the host, blockwise, and
+  // kept as codes and scales.
   void set_frozen(const float* host);
-  size_t frozen_bytes() const { return frozen_table_.total() * dtype_size(compute_); }
+  // Backend memory of the frozen base: dense tensors, and quantized codes + scales.
+  size_t frozen_bytes() const { return frozen_bytes_; }
   int micro_batch() const { return B_; }
   size_t num_params() const { return table_.total(); }
   DType compute_dtype() const { return compute_; }
@@ -167,7 +172,22 @@ class Gpt {
   float* params_ = nullptr;
   float* grads_ = nullptr;
   TypedPtr wparams_;  // compute copy (== params_ in fp32)
-  TypedPtr frozen_;   // the frozen tensors, compute dtype (null without any)
+  TypedPtr frozen_;   // the frozen tensors that stay dense, compute dtype (null without any)
+  std::unordered_map<std::string, size_t> frozen_dense_;  // name -> element offset into frozen_
+  // QLoRA: a quantized frozen tensor, and the dequantized copies of the block in use.
+  struct QuantizedTensor {
+    uint8_t* codes = nullptr;
+    float* scales = nullptr;
+    size_t n = 0;
+  };
+  std::unordered_map<std::string, QuantizedTensor> frozen_quant_;
+  TypedPtr dequant_scratch_;                           // one block's quantized weights, dense
+  mutable std::unordered_map<std::string, TypedPtr> dequantized_;  // name -> into dequant_scratch_
+  int dequantized_layer_ = -1;
+  size_t frozen_bytes_ = 0;
+  // QLoRA: block `layer`'s quantized weights into dequant_scratch_ (no-op if already there).
+  void dequantize_block(int layer);
+  TypedPtr frozen_ptr(const std::string& name) const;  // a frozen tensor's weights (null: not frozen)
   UnitStorage* storage_ = nullptr;
   std::vector<ParamUnit> units_;
   int unit_embed_ = -1, unit_final_ = -1;  // -1: this stage has none

@@ -22,6 +22,11 @@ struct LoraSpec {
   double alpha = 16;
   bool qkv = true, attn_proj = true, fc = true, mlp_proj = true;  // the targets
   bool train_embeddings = false, train_layernorm = false;
+  // QLoRA: the frozen base's block weights (qkv, attn.proj, mlp.fc, mlp.proj) stored blockwise-
+  // quantized (0 none, 1 int8, 2 NF4; kernels/quantize.hpp), `quant_block` elements per scale, and
+  // dequantized just before use. Storage only: not part of the parameters' identity (==).
+  int quantize = 0;
+  int quant_block = 64;
   bool on() const { return rank > 0; }
   double scale() const { return rank > 0 ? alpha / rank : 0.0; }
   bool operator==(const LoraSpec& o) const {
