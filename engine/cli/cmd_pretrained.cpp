@@ -14,6 +14,7 @@
 #include "engine/pretrained/load_pretrained.hpp"
 #include "engine/util/host_memory.hpp"
 #include "kernels/backend_factory.hpp"
+#include "parallel/bucket_sizing.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
 
@@ -49,16 +50,20 @@ int cmd_import(const ImportArgs& a, int* argc, char*** argv) {
     std::unique_ptr<Backend> backend = make_backend("cpu");
     const ModelConfig& m = r.model;
     const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len);
-    Gpt model(*backend, shape, 1);
+    // One sequence, activations recomputed: the model here only carries the weights to the
+    // checkpoint writer, and its activation buffers would otherwise be the largest allocation.
+    Gpt model(*backend, shape, 1, TensorParallel{}, StageSpec{}, 1, Recompute::Full);
     {
       std::vector<float> host(model.num_params());
       load_pretrained(model.table(), shape, *src, host.data());
       model.set_params(host.data());
     }
+    DistOptimConfig cfg;
+    cfg.bucket_elems = parallel::bucket_mb_to_elems(25.0);  // (the default of 1 element makes a bucket per float)
     DistributedOptimizer optim(*backend,
                                ModelBuffers{model.params(), model.grads(), &model.table(), model.grad_ready_points(),
                                             model.units(), DType::f32},
-                               groups, DistOptimConfig{});
+                               groups, cfg);
     Checkpointer ck(checkpoint_setup(r), groups, model, optim);
     ck.save(0, SavedDataPosition{}, StateHealth{});
     ck.wait();

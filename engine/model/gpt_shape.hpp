@@ -57,10 +57,23 @@ struct GptShape {
     const int64_t C = d_model;
     return int64_t(n_layer) * 12 * C * C + int64_t(vocab) * C;
   }
+  // LoRA adapters' parameters (all take part in matmuls).
+  int64_t adapter_params() const {
+    if (!lora.on()) return 0;
+    const int64_t C = d_model, r = lora.rank;
+    const int64_t per_layer = (lora.qkv ? r * (C + 3 * C) : 0) + (lora.attn_proj ? r * 2 * C : 0) +
+                              (lora.fc ? r * 5 * C : 0) + (lora.mlp_proj ? r * 5 * C : 0);
+    return int64_t(n_layer) * per_layer;
+  }
   // Model FLOPs of forward + backward per token: 6 N + 12 L C T (PaLM appendix B / nanoGPT).
-  // The attention term counts the full T x T scores (not halved for the causal mask).
+  // The attention term counts the full T x T scores (not halved for the causal mask). With LoRA a
+  // frozen weight costs 4 per token (forward and the input gradient, no weight gradient), the
+  // adapters 6, and a trainable embedding's head its weight gradient too.
   double flops_per_token() const {
-    return 6.0 * double(matmul_params()) + 12.0 * n_layer * double(d_model) * seq_len;
+    const double attention = 12.0 * n_layer * double(d_model) * seq_len;
+    if (!lora.on()) return 6.0 * double(matmul_params()) + attention;
+    const double head_dw = lora.train_embeddings ? 2.0 * double(vocab) * d_model : 0.0;
+    return 4.0 * double(matmul_params()) + head_dw + 6.0 * double(adapter_params()) + attention;
   }
 };
 

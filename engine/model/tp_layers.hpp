@@ -73,44 +73,42 @@ class RowParallelLinear {
 // LoRA's low-rank branch beside a tensor-parallel linear layer: y += scale * (x A^T) B^T. The
 // branch keeps us = scale * x A^T (N, r) for backward. Its backward runs after the layer's own
 // (which has written dinp) and adds the branch's part to dinp. Both helpers need `du` (N, r) and
-// `wide` (N, max(in, out)) scratch.
-//
-// Column-parallel layer (qkv, mlp.fc; `out` = OC/tp): A (r, C) replicated, B (OC/tp, r) split
-// like the weight. Forward: no communication. Backward: du = scale * dy B is a partial sum over
-// the tp group's output columns: one all-reduce of (N, r), after which dA and dinp's share are
-// the same on every rank.
-class LoraColumn {
+// `wide` (N, max(in, out)) scratch. LoraBranch is what both flavours hold: the backend, the tp
+// group, the layer's local input and output widths, the rank and the scale.
+class LoraBranch {
  public:
-  LoraColumn(Backend& be, TensorParallel tp, int in, int out, int rank, float scale)
+  LoraBranch(Backend& be, TensorParallel tp, int in, int out, int rank, float scale)
       : be_(be), tp_(tp), in_(in), out_(out), r_(rank), scale_(scale) {}
-  void forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide, int N) const;
-  void backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
-                ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const;
 
- private:
+ protected:
   Backend& be_;
   TensorParallel tp_;
   int in_, out_, r_;
   float scale_;
 };
 
+// Column-parallel layer (qkv, mlp.fc; `out` = OC/tp): A (r, C) replicated, B (OC/tp, r) split
+// like the weight. Forward: no communication. Backward: du = scale * dy B is a partial sum over
+// the tp group's output columns: one all-reduce of (N, r), after which dA and dinp's share are
+// the same on every rank.
+class LoraColumn : public LoraBranch {
+ public:
+  using LoraBranch::LoraBranch;
+  void forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide, int N) const;
+  void backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
+                ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const;
+};
+
 // Row-parallel layer (attention and MLP projections; `in` = C/tp, `out` = OC): A (r, C/tp) split
 // by columns like the weight, B (OC, r) replicated. Forward: x A^T is a partial sum over the
 // ranks' input columns: one all-reduce of (N, r); the branch is added to the layer's output after
 // its all-reduce (the same on every rank). Backward: no communication.
-class LoraRow {
+class LoraRow : public LoraBranch {
  public:
-  LoraRow(Backend& be, TensorParallel tp, int in, int out, int rank, float scale)
-      : be_(be), tp_(tp), in_(in), out_(out), r_(rank), scale_(scale) {}
+  using LoraBranch::LoraBranch;
   void forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide, int N) const;
   void backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
                 ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const;
-
- private:
-  Backend& be_;
-  TensorParallel tp_;
-  int in_, out_, r_;
-  float scale_;
 };
 
 // Token + position embedding with the token table split by vocabulary rows: rank r holds rows

@@ -136,11 +136,15 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
     init_params(model_->frozen_table(), shape, r_.train.seed, frozen.data());
     if (!m.init_from.empty()) {
       allocating = "the pretrained weights (model.init_from)";
+      const auto t0 = std::chrono::steady_clock::now();
       const std::unique_ptr<PretrainedSource> src = open_pretrained(m.init_from);
       if (std::string why = pretrained_mismatch(m, *src); !why.empty())
         throw std::runtime_error("model.init_from: " + why);
       load_pretrained(model_->table(), shape, *src, init.data());
       load_pretrained(model_->frozen_table(), shape, *src, frozen.data());
+      if (rank_ == 0)
+        std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     model_->set_frozen(frozen.data());
     allocating = "the optimizer (gradient reduction buffers and state)";
