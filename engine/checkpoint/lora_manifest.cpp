@@ -20,6 +20,7 @@ LoraSpec lora_spec(const LoraConfig& c) {
   s.train_layernorm = c.train_layernorm;
   s.quantize = c.quantize == "int8" ? 1 : c.quantize == "nf4" ? 2 : 0;
   s.quant_block = c.quant_block;
+  s.dropout = float(c.dropout);
   return s;
 }
 

@@ -81,7 +81,7 @@ struct CheckpointConfig {
 struct LoraConfig {
   int rank = 0;
   double alpha = 16;                              // the branch is scaled by alpha / rank
-  double dropout = 0;                             // on the adapters' input (only 0 so far)
+  double dropout = 0;                             // on the adapters' input, while training
   std::string targets = "qkv,attn_proj,fc,mlp_proj";
   bool train_embeddings = false;
   bool train_layernorm = false;

@@ -81,7 +81,7 @@ std::vector<Field> make_fields() {
 
       {"lora", "rank", K::Int, 0, 4096, {}, LOOM_MEMBER(lora, rank), "LoRA adapters' rank r; 0: no adapters (every weight trains). With r > 0 the base model is frozen (no gradients, no optimizer state) and checkpoints hold only what trains"},
       {"lora", "alpha", K::Float, 1e-9, 1e9, {}, LOOM_MEMBER(lora, alpha), "the adapters' branch is scaled by alpha / rank"},
-      {"lora", "dropout", K::Float, 0, 0, {}, LOOM_MEMBER(lora, dropout), "dropout on the adapters' input (not implemented yet: only 0)"},
+      {"lora", "dropout", K::Float, 0, 0.9, {}, LOOM_MEMBER(lora, dropout), "dropout probability on each adapter's input while training (inverted dropout; the masks are a function of train.seed, the step and the global micro-batch, so any layout and a resume draw the same ones)"},
       {"lora", "targets", K::String, 0, 0, {}, LOOM_MEMBER(lora, targets), "comma-separated linear layers that get adapters: qkv, attn_proj, fc, mlp_proj"},
       {"lora", "train_embeddings", K::Bool, 0, 0, {}, LOOM_MEMBER(lora, train_embeddings), "with LoRA: wte and wpe train too (else frozen)"},
       {"lora", "train_layernorm", K::Bool, 0, 0, {}, LOOM_MEMBER(lora, train_layernorm), "with LoRA: the LayerNorms train too (else frozen)"},

@@ -246,6 +246,12 @@ void Gpt::dequantize_block(int layer) {
   dequantized_layer_ = layer;
 }
 
+uint64_t Gpt::block_dropout_seed(const Slot& s, int layer) const {
+  if (!s.dropping) return 0;
+  const uint64_t seed = s.dropout_seed ^ (0x9E3779B97F4A7C15ull * uint64_t(layer + 1));
+  return seed ? seed : 1;  // 0 means "no dropout"
+}
+
 TypedPtr Gpt::frozen_ptr(const std::string& name) const {
   if (auto d = frozen_dense_.find(name); d != frozen_dense_.end()) return frozen_ + d->second;
   if (auto q = dequantized_.find(name); q != dequantized_.end()) return q->second;
@@ -365,6 +371,7 @@ BlockActs Gpt::acts(const Slot& s, int i) const {
 double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, float dloss) {
   const int T = shape_.seq_len, C = shape_.d_model, N = B_ * T, L = stage_.n_layers;
   Slot& s = slots_.at(size_t(slot));
+  s.dropping = dloss != 0.0f && shape_.lora.on() && shape_.lora.dropout > 0;
   const int after_blocks = stage_.last ? unit_final_ : -1;
   if (stage_.first) {
     be_.upload_i32(s.tokens, tokens, N);
@@ -377,7 +384,8 @@ double Gpt::forward(int slot, const int32_t* tokens, const int32_t* targets, flo
     const int u = unit_of_block_[size_t(i)];
     const TypedPtr w = weights(u, i + 1 < L ? unit_of_block_[size_t(i) + 1] : after_blocks);
     dequantize_block(stage_.first_layer + i);
-    block_.forward(block_weights(u, w, stage_.first_layer + i), x, acts(s, i), proj_scratch_);
+    block_.forward(block_weights(u, w, stage_.first_layer + i), x, acts(s, i), proj_scratch_,
+                   block_dropout_seed(s, stage_.first_layer + i));
     release(u);
     x = s.layers[size_t(i)].res3;
   }
@@ -439,10 +447,10 @@ void Gpt::backward(int slot) {
     if (recompute_ == Recompute::Full) {
       // Re-run the block (deterministic: the same values as the forward pass) into the shared
       // buffers; res3 is rewritten with the same bits.
-      block_.forward(w, x, a, proj_scratch_);
+      block_.forward(w, x, a, proj_scratch_, block_dropout_seed(s, l));
     }
     if (recompute_ == Recompute::Selective) block_.recompute_attention(a, proj_scratch_);
-    block_.backward(dresidual_, w, dw, x, a, dblock_);
+    block_.backward(dresidual_, w, dw, x, a, dblock_, block_dropout_seed(s, l));
     release(u);
     grads_done(u);
   }

@@ -118,6 +118,9 @@ class Gpt {
   void backward(int slot);
   void backward() { backward(0); }
   void set_hooks(ModelHooks hooks) { hooks_ = std::move(hooks); }
+  // LoRA dropout: the seed of slot `slot`'s next training forward (and its backward); a forward
+  // with dloss == 0 (evaluation) never drops. Without lora.dropout it is not used.
+  void set_dropout_seed(int slot, uint64_t seed) { slots_.at(size_t(slot)).dropout_seed = seed; }
   // The offsets backward reports to hooks.grads_ready_from, in the order it reports them.
   std::vector<size_t> grad_ready_points() const;
 
@@ -204,7 +207,11 @@ class Gpt {
     float *lnf_mean = nullptr, *lnf_rstd = nullptr; // last stage: (N), (N)
     TypedPtr logits;                                // last stage: (N,Vp/tp); dlogits after forward(dloss != 0)
     bool grad_logits = false;
+    uint64_t dropout_seed = 0;  // set_dropout_seed
+    bool dropping = false;      // the slot's last forward applied dropout (a training forward)
   };
+  // Block `layer`'s dropout seed for slot s (0: no dropout).
+  uint64_t block_dropout_seed(const Slot& s, int layer) const;
   std::vector<Slot> slots_;
   Recompute recompute_ = Recompute::None;
   BlockActs shared_{};  // Selective: att only; Full: every buffer but res3 (gpt_memory.hpp)

@@ -79,14 +79,16 @@ class GptBlock {
   // LoRA's forward needs a scratch of (N, max(C, 4C/tp)) for the branch's output: the model's.
   void set_lora_scratch(TypedPtr wide) { lora_wide_ = wide; }
   // x (N,C) -> a.res3, filling a's buffers. `proj` (N,C) is scratch for the projections' outputs.
-  void forward(const BlockWeights& w, ConstTypedPtr x, const BlockActs& a, TypedPtr proj) const;
+  // `dropout_seed` != 0: LoRA dropout on the adapters' inputs with masks from it (backward must
+  // get the same seed).
+  void forward(const BlockWeights& w, ConstTypedPtr x, const BlockActs& a, TypedPtr proj, uint64_t dropout_seed = 0) const;
   // Selective recompute: attention's saved state a.att again, from the kept a.qkv (its output,
   // identical to a.atty, goes to `scratch` (N,C/tp) and is dropped).
   void recompute_attention(const BlockActs& a, TypedPtr scratch) const;
   // dresidual (N,C) holds dL/d(res3) on entry and dL/dx on return (each LayerNorm backward adds
   // its branch as the stream passes its fork). Parameter gradients accumulate into dw.
   void backward(TypedPtr dresidual, const BlockWeights& w, const BlockGrads& dw, ConstTypedPtr x, const BlockActs& a,
-                const BlockGradScratch& s) const;
+                const BlockGradScratch& s, uint64_t dropout_seed = 0) const;
 
  private:
   Backend& be_;

@@ -27,6 +27,9 @@ struct LoraSpec {
   // dequantized just before use. Storage only: not part of the parameters' identity (==).
   int quantize = 0;
   int quant_block = 64;
+  // Dropout on each adapter's input while training (a hyperparameter, not part of ==): the mask
+  // is a function of the seed the trainer gives each micro-batch (Gpt::set_dropout_seed).
+  float dropout = 0;
   bool on() const { return rank > 0; }
   double scale() const { return rank > 0 ? alpha / rank : 0.0; }
   bool operator==(const LoraSpec& o) const {

@@ -62,30 +62,44 @@ void VocabParallelCrossEntropy::forward(float* losses, TypedPtr logits, const in
                           write_grad);
 }
 
-// us = scale * x A^T: axpy by (scale - 1) scales in place.
+// us = scale * x A^T: axpy by (scale - 1) scales in place. With dropout the adapter reads
+// dropout(x), made in `wide` (which the branch's output overwrites after).
 void LoraColumn::forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide,
-                         int N) const {
+                         int N, uint64_t seed) const {
   const size_t nr = size_t(N) * r_;
-  be_.matmul_forward(us, x, A, ConstTypedPtr(), N, in_, r_);
+  ConstTypedPtr xin = x;
+  if (dropping(seed)) drop(wide, x, seed, N, 0, in_), xin = wide;
+  be_.matmul_forward(us, xin, A, ConstTypedPtr(), N, in_, r_);
   be_.axpy(us, us, scale_ - 1.0f, nr);
   be_.matmul_forward(wide, us, B, ConstTypedPtr(), N, r_, out_);
   be_.residual_forward(y, y, wide, size_t(N) * out_);
 }
 
+// dA needs the dropped input again (recomputed into `wide` from the seed), and the input
+// gradient passes through the same mask.
 void LoraColumn::backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
-                          ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const {
+                          ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N, uint64_t seed) const {
   const size_t nr = size_t(N) * r_;
   be_.matmul_backward(du, dB, nullptr, dy, us, B, N, r_, out_);  // du = dy B (this rank's columns); dB += dy^T us
   tp_all_reduce(tp_, du, nr);
   be_.axpy(du, du, scale_ - 1.0f, nr);
-  be_.matmul_backward(wide, dA, nullptr, du, x, A, N, in_, r_);  // wide = du A; dA += du^T x
+  if (dropping(seed)) {
+    drop(wide, x, seed, N, 0, in_);
+    be_.matmul_backward(TypedPtr(), dA, nullptr, du, wide, A, N, in_, r_);  // dA += du^T dropout(x)
+    be_.matmul_backward(wide, nullptr, nullptr, du, x, A, N, in_, r_);      // wide = du A
+    drop(wide, wide, seed, N, 0, in_);
+  } else {
+    be_.matmul_backward(wide, dA, nullptr, du, x, A, N, in_, r_);  // wide = du A; dA += du^T x
+  }
   be_.residual_forward(dinp, dinp, wide, size_t(N) * in_);
 }
 
 void LoraRow::forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide,
-                      int N) const {
+                      int N, uint64_t seed) const {
   const size_t nr = size_t(N) * r_;
-  be_.matmul_forward(us, x, A, ConstTypedPtr(), N, in_, r_);  // this rank's input columns' part
+  ConstTypedPtr xin = x;
+  if (dropping(seed)) drop(wide, x, seed, N, tp_.rank * in_, tp_.size * in_), xin = wide;
+  be_.matmul_forward(us, xin, A, ConstTypedPtr(), N, in_, r_);  // this rank's input columns' part
   tp_all_reduce(tp_, us, nr);
   be_.axpy(us, us, scale_ - 1.0f, nr);
   be_.matmul_forward(wide, us, B, ConstTypedPtr(), N, r_, out_);
@@ -93,11 +107,18 @@ void LoraRow::forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A,
 }
 
 void LoraRow::backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
-                       ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const {
+                       ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N, uint64_t seed) const {
   const size_t nr = size_t(N) * r_;
   be_.matmul_backward(du, dB, nullptr, dy, us, B, N, r_, out_);  // the same on every rank
   be_.axpy(du, du, scale_ - 1.0f, nr);
-  be_.matmul_backward(wide, dA, nullptr, du, x, A, N, in_, r_);
+  if (dropping(seed)) {
+    drop(wide, x, seed, N, tp_.rank * in_, tp_.size * in_);
+    be_.matmul_backward(TypedPtr(), dA, nullptr, du, wide, A, N, in_, r_);
+    be_.matmul_backward(wide, nullptr, nullptr, du, x, A, N, in_, r_);
+    drop(wide, wide, seed, N, tp_.rank * in_, tp_.size * in_);
+  } else {
+    be_.matmul_backward(wide, dA, nullptr, du, x, A, N, in_, r_);
+  }
   be_.residual_forward(dinp, dinp, wide, size_t(N) * in_);
 }
 

@@ -75,16 +75,25 @@ class RowParallelLinear {
 // (which has written dinp) and adds the branch's part to dinp. Both helpers need `du` (N, r) and
 // `wide` (N, max(in, out)) scratch. LoraBranch is what both flavours hold: the backend, the tp
 // group, the layer's local input and output widths, the rank and the scale.
+// With `dropout` > 0 and a non-zero seed, the adapter reads dropout(x) (the backend's counter-
+// based mask over the input's global columns, so any tp split drops the same elements); backward
+// recomputes the mask from the seed instead of keeping the dropped input.
 class LoraBranch {
  public:
-  LoraBranch(Backend& be, TensorParallel tp, int in, int out, int rank, float scale)
-      : be_(be), tp_(tp), in_(in), out_(out), r_(rank), scale_(scale) {}
+  LoraBranch(Backend& be, TensorParallel tp, int in, int out, int rank, float scale, float dropout = 0)
+      : be_(be), tp_(tp), in_(in), out_(out), r_(rank), scale_(scale), dropout_(dropout) {}
 
  protected:
+  // out (N, in) = dropout(x) with this layer's input columns starting at global column
+  // `col_offset` of `width`.
+  void drop(TypedPtr out, ConstTypedPtr x, uint64_t seed, int N, int col_offset, int width) const {
+    be_.dropout(out, x, dropout_, seed, N, in_, col_offset, width);
+  }
+  bool dropping(uint64_t seed) const { return seed != 0 && dropout_ > 0; }
   Backend& be_;
   TensorParallel tp_;
   int in_, out_, r_;
-  float scale_;
+  float scale_, dropout_;
 };
 
 // Column-parallel layer (qkv, mlp.fc; `out` = OC/tp): A (r, C) replicated, B (OC/tp, r) split
@@ -94,9 +103,10 @@ class LoraBranch {
 class LoraColumn : public LoraBranch {
  public:
   using LoraBranch::LoraBranch;
-  void forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide, int N) const;
+  void forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide, int N,
+               uint64_t dropout_seed = 0) const;
   void backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
-                ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const;
+                ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N, uint64_t dropout_seed = 0) const;
 };
 
 // Row-parallel layer (attention and MLP projections; `in` = C/tp, `out` = OC): A (r, C/tp) split
@@ -106,9 +116,10 @@ class LoraColumn : public LoraBranch {
 class LoraRow : public LoraBranch {
  public:
   using LoraBranch::LoraBranch;
-  void forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide, int N) const;
+  void forward(TypedPtr y, TypedPtr us, ConstTypedPtr x, ConstTypedPtr A, ConstTypedPtr B, TypedPtr wide, int N,
+               uint64_t dropout_seed = 0) const;
   void backward(TypedPtr dinp, float* dA, float* dB, ConstTypedPtr dy, ConstTypedPtr x, ConstTypedPtr us,
-                ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N) const;
+                ConstTypedPtr A, ConstTypedPtr B, TypedPtr du, TypedPtr wide, int N, uint64_t dropout_seed = 0) const;
 };
 
 // Token + position embedding with the token table split by vocabulary rows: rank r holds rows

@@ -1,5 +1,7 @@
 #include "engine/train/train_step.hpp"
 
+#include "engine/util/splitmix64.hpp"
+
 #include <chrono>
 #include <cmath>
 
@@ -35,6 +37,9 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   work.forward = [&](int i) {
     TraceRecorder::Span span(&trace_, "forward", "compute", i);
     const size_t off = size_t(i) * B * T;
+    // Dropout's masks follow the global micro-batch (the same samples under any dp split).
+    const uint64_t micro = uint64_t(groups_.coord().dp) * uint64_t(accum) + uint64_t(i);
+    model.set_dropout_seed(i % slots, splitmix64(s_.seed ^ splitmix64(uint64_t(t) * 0x100000000ull + micro)));
     loss += model.forward(i % slots, batch.tokens.data() + off, batch.targets.data() + off, dloss);
   };
   double backward_s = 0;

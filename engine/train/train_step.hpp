@@ -32,6 +32,7 @@ struct StepShape {
   int micro_steps = 1;              // gradient accumulation: micro-batches per dp rank per step
   int64_t global_batch = 1;         // sequences per step over all dp ranks
   bool overlap_grad_reduce = true;  // parallel.overlap_grad_reduce
+  uint64_t seed = 0;                // train.seed: LoRA dropout's masks derive from it
 };
 
 class TrainStep {

@@ -73,7 +73,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   step_ = std::make_unique<TrainStep>(
       *model_, *optim_, groups, trace_,
       StepShape{r_.train.micro_batch, m.seq_len, m.d_model, r_.grad_accum(), r_.global_batch_resolved(),
-                r_.parallel.overlap_grad_reduce},
+                r_.parallel.overlap_grad_reduce, r_.train.seed},
       *scaler_);
   schedule_ = LrSchedule{r_.optim.lr, r_.optim.min_lr, r_.optim.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.

@@ -2,7 +2,8 @@
 # checkpoint holds only the adapters (small) and names its base; the merged export equals
 # base + (alpha/r) B A with every other tensor the base's bit for bit (checked by the independent
 # numpy reader against the PEFT export); tp2 x pp2 and dp2 x zero 3 give the single-rank losses;
-# a resume continues the same trajectory; QLoRA (nf4) trains; a LoRA checkpoint samples.
+# a resume continues the same trajectory; dropout gives the same losses in every layout; QLoRA (nf4)
+# trains; a LoRA checkpoint samples.
 source "$(dirname "$0")/common.sh"
 corpus
 cd "$SRC"
@@ -57,6 +58,23 @@ one = loss("one")[:3]
 for run in ("tp2pp2", "dp2z3"):
     got = loss(run)
     print(f"{run}: {got} vs one rank {one}")
+    assert all(abs(a - b) <= 1e-5 * a for a, b in zip(one, got)), run
+PY
+
+# LoRA dropout (0.2): masks from the seed, step and global micro-batch, so tp2 x pp2 and dp2 give
+# the single rank's losses too; and dropping changes the trajectory.
+lora drop1 1 3 --set lora.dropout=0.2
+lora drop_tp2pp2 4 3 --set lora.dropout=0.2 --set parallel.tp=2 --set parallel.pp=2
+lora drop_dp2 2 3 --set lora.dropout=0.2 --set parallel.zero=1
+python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+loss = lambda run: [json.loads(l)["loss"] for l in open(f"{w}/{run}/metrics.jsonl")]
+one, plain = loss("drop1"), loss("one")[:3]
+assert one[0] == plain[0] and one[1] != plain[1], f"dropout: {one} vs no dropout {plain}"
+for run in ("drop_tp2pp2", "drop_dp2"):
+    got = loss(run)
+    print(f"dropout {run}: {got} vs one rank {one}")
     assert all(abs(a - b) <= 1e-5 * a for a, b in zip(one, got)), run
 PY
 

@@ -721,6 +721,19 @@ TEST_CASE("CUDA dequantize (int8, NF4) into fp32, bf16 and fp16: bit for bit the
   }
 }
 
+TEST_CASE("CUDA dropout keeps the CPU's elements (counter-based mask), in place and on a column slice") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (auto [rows, cols, offset, ld] : {std::tuple{33, 40, 0, 40}, std::tuple{17, 24, 24, 48}, std::tuple{1, 1000, 7, 2000}}) {
+    Pair x(cpu, gpu, randn(size_t(rows) * cols, 80)), y(cpu, gpu, randn(size_t(rows) * cols, 81));
+    cpu.dropout(y.c, x.c, 0.3f, 99, rows, cols, offset, ld);
+    gpu.dropout(y.g, x.g, 0.3f, 99, rows, cols, offset, ld);
+    y.check("dropout", 0.0f);
+    cpu.dropout(x.c, x.c, 0.1f, 5, rows, cols, offset, ld);
+    gpu.dropout(x.g, x.g, 0.1f, 5, rows, cols, offset, ld);
+    x.check("dropout in place", 0.0f);
+  }
+}
+
 int main(int argc, char** argv) {
   const cuda::DeviceProbe probe = cuda::probe_devices();
   if (probe.count == 0) {

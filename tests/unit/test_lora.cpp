@@ -13,11 +13,12 @@ using namespace loom;
 
 namespace {
 
-GptShape lora_shape(bool train_layernorm) {
+GptShape lora_shape(bool train_layernorm, float dropout = 0) {
   GptShape s = GptShape::make(2, 4, 32, 64, 8);
   s.lora.rank = 4;
   s.lora.alpha = 8;  // scale 2: a missing or doubled scale shows
   s.lora.train_layernorm = train_layernorm;
+  s.lora.dropout = dropout;
   return s;
 }
 
@@ -27,8 +28,9 @@ struct Fixture {
   Gpt model;
   std::vector<float> params, frozen;
   std::vector<int32_t> tokens, targets;
-  explicit Fixture(bool train_layernorm)
-      : shape(lora_shape(train_layernorm)), model(*be, shape, 2), tokens(16), targets(16) {
+  float dloss = 0;  // != 0: a training forward (dropout applies), with the dropout seed below
+  explicit Fixture(bool train_layernorm, float dropout = 0)
+      : shape(lora_shape(train_layernorm, dropout)), model(*be, shape, 2), tokens(16), targets(16) {
     params.resize(model.num_params());
     init_params(model.table(), shape, 3, params.data());
     // B starts at zero; give it values so that every adapter has a gradient.
@@ -42,7 +44,8 @@ struct Fixture {
   }
   double loss_at(const std::vector<float>& p) {
     model.set_params(p.data());
-    return model.forward(tokens.data(), targets.data(), 0.0f);
+    model.set_dropout_seed(0, 12345);
+    return model.forward(tokens.data(), targets.data(), dloss);
   }
 };
 
@@ -72,10 +75,14 @@ TEST_CASE("LoRA tables: the adapters (and what else trains) against the frozen b
 }
 
 TEST_CASE("LoRA gradients match finite differences of the loss") {
-  for (bool train_layernorm : {false, true}) {
-    Fixture f(train_layernorm);
+  // Without dropout, with trainable LayerNorms, and with dropout 0.3 (a fixed seed: the same mask
+  // in every forward, so the loss is a smooth function of the parameters).
+  for (auto [train_layernorm, dropout] : {std::pair{false, 0.0f}, std::pair{true, 0.0f}, std::pair{false, 0.3f}}) {
+    Fixture f(train_layernorm, dropout);
+    f.dloss = dropout > 0 ? 1e-9f : 0.0f;  // a training forward; its dlogits are not used here
     const size_t n = f.model.num_params();
     f.model.zero_grads();
+    f.model.set_dropout_seed(0, 12345);
     f.model.forward(f.tokens.data(), f.targets.data(), 1.0f / 16);  // dloss: the mean's gradient
     f.model.backward();
     std::vector<float> g(n);
@@ -87,7 +94,8 @@ TEST_CASE("LoRA gradients match finite differences of the loss") {
     std::vector<float> plus = f.params, minus = f.params;
     for (size_t i = 0; i < n; ++i) plus[i] += float(h * g[i] / gnorm), minus[i] -= float(h * g[i] / gnorm);
     const double directional = (f.loss_at(plus) - f.loss_at(minus)) / (2 * h);
-    INFO("train_layernorm " << train_layernorm << ": |g| " << gnorm << ", finite difference " << directional);
+    INFO("train_layernorm " << train_layernorm << ", dropout " << dropout << ": |g| " << gnorm
+                            << ", finite difference " << directional);
     CHECK(directional == Approx(gnorm).epsilon(2e-3));
     // Tensor by tensor: the largest coordinate of each tensor.
     for (const ParamInfo& p : f.model.table().params()) {
@@ -102,6 +110,61 @@ TEST_CASE("LoRA gradients match finite differences of the loss") {
       CHECK(fd == Approx(g[at]).margin(3e-4).epsilon(2e-2));
     }
   }
+}
+
+TEST_CASE("LoRA dropout: a training forward drops (seeded, repeatable), evaluation does not") {
+  Fixture f(false, 0.3f);
+  auto loss = [&](uint64_t seed, float dloss) {
+    f.model.set_dropout_seed(0, seed);
+    return f.model.forward(f.tokens.data(), f.targets.data(), dloss);
+  };
+  const double eval = loss(1, 0.0f), a = loss(1, 1e-9f), b = loss(1, 1e-9f), c = loss(2, 1e-9f);
+  CHECK(a == b);     // the same seed: the same mask
+  CHECK(a != eval);  // training drops
+  CHECK(a != c);     // another seed, another mask
+  Fixture plain(false, 0.0f);
+  plain.model.set_dropout_seed(0, 1);
+  CHECK(plain.model.forward(plain.tokens.data(), plain.targets.data(), 0.0f) == Approx(eval).epsilon(1e-12));
+}
+
+TEST_CASE("the dropout op: rate, scale, in place, and the same mask for any column split") {
+  auto be = make_cpu_backend();
+  const int rows = 64, cols = 96;
+  std::vector<float> x(size_t(rows) * cols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + 0.001f * float(i);
+  float* dx = be->alloc(x.size());
+  float* dy = be->alloc(x.size());
+  be->upload(dx, x.data(), x.size());
+  be->dropout(dy, dx, 0.25f, 77, rows, cols, 0, cols);
+  std::vector<float> y(x.size());
+  be->download(y.data(), dy, y.size());
+  size_t kept = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (y[i] != 0.0f) {
+      ++kept;
+      CHECK(y[i] == Approx(x[i] / 0.75f).epsilon(1e-6));
+    }
+  }
+  CHECK(double(kept) / double(y.size()) == Approx(0.75).margin(0.02));
+  // Two column halves with their offsets into the same global width: the same mask.
+  std::vector<float> left(size_t(rows) * 48), right(size_t(rows) * 48), hl(left.size()), hr(right.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < 48; ++c)
+      left[size_t(r) * 48 + c] = x[size_t(r) * cols + c], right[size_t(r) * 48 + c] = x[size_t(r) * cols + 48 + c];
+  float* dl = be->alloc(left.size());
+  float* dr = be->alloc(right.size());
+  be->upload(dl, left.data(), left.size());
+  be->upload(dr, right.data(), right.size());
+  be->dropout(dl, dl, 0.25f, 77, rows, 48, 0, cols);   // in place
+  be->dropout(dr, dr, 0.25f, 77, rows, 48, 48, cols);
+  be->download(hl.data(), dl, hl.size());
+  be->download(hr.data(), dr, hr.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < 48; ++c) {
+      REQUIRE(hl[size_t(r) * 48 + c] == y[size_t(r) * cols + c]);
+      REQUIRE(hr[size_t(r) * 48 + c] == y[size_t(r) * cols + 48 + c]);
+    }
+  for (float* p : {dx, dy, dl, dr}) be->release(p);
 }
 
 TEST_CASE("LoRA leaves the frozen base alone and starts as the base model") {
