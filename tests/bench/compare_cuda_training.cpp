@@ -5,7 +5,10 @@
 // (so it builds on a bare GPU machine, next to test_cuda_ops). Not a test: run it by hand on a
 // GPU and read the table; the fp32 losses should agree to ~1e-5 relative at first and drift
 // apart only slowly (different summation orders), the bf16 ones stay within a few percent.
-//   build-gpu/tests/compare_cuda_training [text file, bytes as tokens] [steps]
+//   build-gpu/tests/compare_cuda_training [text file, bytes as tokens] [steps] [full|lora|qlora]
+// lora: rank-8 adapters on every linear layer with dropout 0.1, the base frozen (random); qlora:
+// the same with the base's block weights in NF4. Afterwards, the KV-cache decoder (`loom sample`'s)
+// on both backends from the same weights: its logits per step and its greedy tokens.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "engine/model/gpt.hpp"
+#include "engine/model/gpt_decoder.hpp"
 #include "engine/model/param_table.hpp"
 #include "engine/optim/adamw.hpp"
 #include "engine/optim/lr_schedule.hpp"
@@ -36,11 +40,13 @@ struct Run {
 };
 
 Run train(const std::string& name, Backend& be, DType dtype, const GptShape& shape, int B,
-          const std::vector<float>& init, const std::vector<uint8_t>& text, int steps) {
+          const std::vector<float>& init, const std::vector<float>& frozen, const std::vector<uint8_t>& text,
+          int steps) {
   Run r{name, {}, {}, {}, 0};
   const int T = shape.seq_len;
   Gpt model(be, shape, B, {}, {}, 1, Recompute::None, dtype);
   model.set_params(init.data());
+  model.set_frozen(frozen.data());
   AdamW opt(be, model.table(), AdamWHyper{0.9, 0.95, 1e-8, 0.1});
   const LrSchedule sched{3e-3, 3e-4, 20, steps};
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
@@ -55,6 +61,7 @@ Run train(const std::string& name, Backend& be, DType dtype, const GptShape& sha
       }
     }
     model.zero_grads();
+    model.set_dropout_seed(0, uint64_t(s) + 1);
     const double loss = model.forward(tokens.data(), targets.data(), 1.0f / float(B * T));
     model.backward();
     const double norm = clip_grad_norm(be, model.grads(), model.num_params(), 1.0);
@@ -83,7 +90,14 @@ int main(int argc, char** argv) {
   const int steps = argc > 2 ? std::max(1, std::atoi(argv[2])) : 100;
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const GptShape shape = GptShape::make(4, 4, 128, 257, 64);
+  const std::string mode = argc > 3 ? argv[3] : "full";
+  GptShape shape = GptShape::make(4, 4, 128, 257, 64);
+  if (mode == "lora" || mode == "qlora") {
+    shape.lora.rank = 8;
+    shape.lora.dropout = 0.1f;
+    shape.lora.quantize = mode == "qlora" ? 2 : 0;
+  }
+  std::printf("mode %s\n", mode.c_str());
   const int B = 8;
   if (text.size() < size_t(shape.seq_len) + 2) {
     std::printf("compare_cuda_training: %s has too few bytes\n", path.c_str());
@@ -94,13 +108,16 @@ int main(int argc, char** argv) {
   const ParamTable table = gpt_param_table(shape);
   std::vector<float> init(table.total());
   init_params(table, shape, 1337, init.data());
+  const ParamTable frozen_table = gpt_param_table(shape, 0, 1, {}, ParamSet::Frozen);
+  std::vector<float> frozen(frozen_table.total());
+  init_params(frozen_table, shape, 7, frozen.data());
 
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0);
   std::vector<Run> runs;
-  runs.push_back(train("cpu fp32", *cpu, DType::f32, shape, B, init, text, steps));
-  runs.push_back(train("cuda fp32", *gpu, DType::f32, shape, B, init, text, steps));
-  runs.push_back(train("cuda bf16", *gpu, DType::bf16, shape, B, init, text, steps));
+  runs.push_back(train("cpu fp32", *cpu, DType::f32, shape, B, init, frozen, text, steps));
+  runs.push_back(train("cuda fp32", *gpu, DType::f32, shape, B, init, frozen, text, steps));
+  runs.push_back(train("cuda bf16", *gpu, DType::bf16, shape, B, init, frozen, text, steps));
 
   std::printf("%6s", "step");
   for (const Run& r : runs) std::printf(" %14s", (r.name + " loss").c_str());
@@ -127,6 +144,34 @@ int main(int argc, char** argv) {
   std::printf("worst loss difference vs cpu fp32: cuda fp32 %.3e, cuda bf16 %.3e (relative)\n", worst32, worst16);
   std::printf("final parameters, cuda fp32 vs cpu fp32: max |diff| %.3e (max |param| %.3e)\n", pdiff, pmax);
   for (const Run& r : runs) std::printf("%-10s %8.3f s for %d steps (%.2f ms/step)\n", r.name.c_str(), r.seconds, steps, 1e3 * r.seconds / steps);
+  // The KV-cache decoder on both backends, from the same (plain GPT) weights: a 16-byte prompt,
+  // then 48 greedy tokens chosen on the CPU and fed to both.
+  {
+    const GptShape plain = GptShape::make(4, 4, 128, 257, 64);
+    const ParamTable pt = gpt_param_table(plain);
+    std::vector<float> w(pt.total());
+    init_params(pt, plain, 1337, w.data());
+    for (size_t i = 0; i < w.size(); ++i) w[i] += 0.05f * std::sin(float(i));  // past the init's near-uniform logits
+    GptDecoder dc(*cpu, plain, TensorParallel{}, 1), dg(*gpu, plain, TensorParallel{}, 1);
+    dc.set_params(w.data());
+    dg.set_params(w.data());
+    std::vector<int32_t> prompt(text.begin(), text.begin() + 16);
+    std::vector<float> lc = dc.step(prompt.data(), 16, true), lg = dg.step(prompt.data(), 16, true);
+    double worst = 0, scale = 0;
+    int same = 0;
+    for (int t = 0; t < 48; ++t) {
+      for (size_t i = lc.size() - 257; i < lc.size(); ++i)
+        worst = std::max(worst, double(std::fabs(lc[i] - lg[i]))), scale = std::max(scale, double(std::fabs(lc[i])));
+      const int32_t nc = int32_t(std::max_element(lc.end() - 257, lc.end()) - (lc.end() - 257));
+      const int32_t ng = int32_t(std::max_element(lg.end() - 257, lg.end()) - (lg.end() - 257));
+      same += nc == ng;
+      lc = dc.step(&nc, 1);
+      lg = dg.step(&nc, 1);
+    }
+    std::printf("KV-cache decoder, cuda fp32 vs cpu fp32, 16-token prompt + 48 steps: max |logit diff| %.3e (max |logit| "
+                "%.3e); greedy token equal at %d of 48 steps\n",
+                worst, scale, same);
+  }
   const bool finite = std::all_of(runs.begin(), runs.end(), [](const Run& r) {
     return std::all_of(r.loss.begin(), r.loss.end(), [](double x) { return std::isfinite(x); });
   });
