@@ -53,7 +53,8 @@ class Asha:
         order = self._order(rung)
         top = len(order) // self.eta
         for t in order[:top]:
-            if t not in self.promoted[rung]:
+            m = self.results[rung][t]
+            if t not in self.promoted[rung] and m is not None and math.isfinite(m):  # never a failed trial
                 return t
         return None
 

@@ -54,6 +54,10 @@ class AshaTest(unittest.TestCase):
         for t, m in enumerate([math.inf, math.nan, 9.0]):
             b.record(t, 0, m)
         self.assertEqual(b.next_job(), ("promote", 2, 1))  # non-finite ranks last
+        c = Asha(1, 3, eta=3)
+        for t in range(3):
+            c.record(t, 0, math.nan)  # failed trials are never promoted
+        self.assertEqual(c.next_job(), ("new", None, 0))
 
     def test_state_round_trip(self):
         a = Asha(1, 9, eta=3)
