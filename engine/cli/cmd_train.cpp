@@ -36,9 +36,14 @@ std::string command_line(int argc, char** argv) {
 void print_summary(const TrainSummary& s, const Recipe& r, int status) {
   const int64_t ran = s.steps - s.start_step;
   if (ran <= 0) {
-    std::printf("loom: nothing to train: the run is at step %lld and train.steps is %lld (raise train.steps to train "
-                "on)\n",
-                (long long)s.steps, (long long)r.train.steps);
+    if (r.train.stop_at_step > 0 && s.steps >= r.train.stop_at_step && s.steps < r.train.steps)
+      std::printf("loom: nothing to train: the run is at step %lld and train.stop_at_step is %lld (raise it, or set it "
+                  "to 0, to train on)\n",
+                  (long long)s.steps, (long long)r.train.stop_at_step);
+    else
+      std::printf("loom: nothing to train: the run is at step %lld and train.steps is %lld (raise train.steps to train "
+                  "on)\n",
+                  (long long)s.steps, (long long)r.train.steps);
     return;
   }
   if (!s.stopped_early.empty())

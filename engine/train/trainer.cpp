@@ -262,7 +262,10 @@ TrainSummary Trainer::run() {
   // A stop signal while blocked in a call that a dead rank will never complete aborts at once.
   parallel::Watchdog::set_stop_probe(&stop_signal);
   const int64_t start = resumed_.steps_done, trace_from = start + 1, trace_to = trace_end();
-  for (int64_t step = start; step < r_.train.steps; ++step) {
+  // train.stop_at_step ends this session there; a run resumed at or past it has nothing to do
+  // (it used to train on to train.steps).
+  const int64_t end = r_.train.stop_at_step > 0 ? std::min(r_.train.steps, r_.train.stop_at_step) : r_.train.steps;
+  for (int64_t step = start; step < end; ++step) {
     parallel::Watchdog::set_step(step);
     trace_.set_enabled(r_.log.trace && step >= trace_from && step < trace_to);
     const auto t0 = std::chrono::steady_clock::now();
