@@ -190,6 +190,7 @@ class Gpt {
   size_t frozen_bytes_ = 0;
   // QLoRA: block `layer`'s quantized weights into dequant_scratch_ (no-op if already there).
   void dequantize_block(int layer);
+  void alloc_frozen();  // the frozen base's storage (gpt_frozen.cpp)
   TypedPtr frozen_ptr(const std::string& name) const;  // a frozen tensor's weights (null: not frozen)
   UnitStorage* storage_ = nullptr;
   std::vector<ParamUnit> units_;
