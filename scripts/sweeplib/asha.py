@@ -46,23 +46,26 @@ class Asha:
             return (bad, 0.0 if bad else (m if self.mode == "min" else -m), trial)
         return [t for t, _ in sorted(self.results[rung].items(), key=key)]
 
-    def promotable(self, rung):
-        """The best trial of `rung` that ASHA would promote now (None if none)."""
+    def promotable(self, rung, drained=False):
+        """The best trial of `rung` that ASHA would promote now (None if none). `drained`: no
+        trial is left to start and none is training, so no more results will come to this rung:
+        its best trial goes up even when there are fewer than eta of them (without this a finite
+        sweep could end with no trial trained to max_steps)."""
         if rung >= len(self.rungs) - 1:
             return None
         order = self._order(rung)
-        top = len(order) // self.eta
+        top = max(len(order) // self.eta, 1 if drained else 0)
         for t in order[:top]:
             m = self.results[rung][t]
             if t not in self.promoted[rung] and m is not None and math.isfinite(m):  # never a failed trial
                 return t
         return None
 
-    def next_job(self, can_start_new=True):
+    def next_job(self, can_start_new=True, drained=False):
         """("promote", trial, rung) to train `trial` on to rungs[rung]; ("new", None, 0) to start a
         trial; None when there is nothing to do now."""
         for k in range(len(self.rungs) - 2, -1, -1):
-            t = self.promotable(k)
+            t = self.promotable(k, drained and not can_start_new)
             if t is not None:
                 self.promoted[k].add(t)
                 return ("promote", t, k + 1)

@@ -1,22 +1,23 @@
-"""The sweep controller: trials of one recipe, run in segments between the scheduler's rungs,
-stopped early or promoted, its whole state in SWEEP_DIR/state.json (rewritten atomically after
-every event, so a killed controller restarts where it was without rerunning finished work).
+"""The sweep controller: trials of one recipe, trained in segments up to the steps the scheduler
+chooses, paused, promoted, stopped or (PBT) restarted from another trial's checkpoint; its whole
+state in SWEEP_DIR/state.json, rewritten atomically after every event, so a killed controller
+restarts where it was without rerunning finished work.
 
-A trial trains in OUT/trial_<i>/ (log.dir run/, checkpoint.dir ckpt/). A segment is one `loom
-train` with train.stop_at_step = the rung's steps: it saves a checkpoint and ends there, and the
-next segment (a promotion) resumes from that checkpoint. The decision metric is read from the
-trial's metrics.jsonl: the last value of `metric` (val_loss by default: a stopped run evaluates
-at its end).
-
-Executors: local (mpirun processes on this machine, `parallel` at a time). Slurm: not yet.
+A trial trains in SWEEP_DIR/trial_<i>/: log.dir run/ (metrics.jsonl, run.json), checkpoints in
+run/checkpoints/ (a PBT trial that copied another's checkpoint goes on in its own ckpt_g<step>/,
+its earlier checkpoints kept). A segment is one `loom train` with train.stop_at_step = its
+target: loom saves a checkpoint and ends there, and the next segment resumes from it. The
+decision metric is the last value of `metric` in the trial's metrics.jsonl (val_loss by default:
+a run stopped at train.stop_at_step evaluates there).
 """
 import json
+import math
 import os
-import shlex
-import subprocess
+import shutil
+import signal
 import time
 
-from .asha import Asha
+from . import schedulers
 
 STATE = "state.json"
 
@@ -30,160 +31,245 @@ def write_json_atomically(path, obj):
     os.replace(tmp, path)
 
 
-def last_metric(run_dir, key):
-    """(step, value) of the last row of metrics.jsonl holding `key`, or None."""
-    path = os.path.join(run_dir, "metrics.jsonl")
-    found = None
+def metric_history(run_dir, key):
+    """[(steps, value)] of every metrics.jsonl row holding `key` (steps counted from 1)."""
+    out = []
     try:
-        with open(path) as f:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             for line in f:
-                row = json.loads(line)
-                if key in row:
-                    found = (row["step"] + 1, row[key])  # metrics count steps from 0
-    except (OSError, ValueError):
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # a line being written
+                if "resumed_at_step" in row:  # a session redoing steps: its rows replace the earlier ones
+                    out = [p for p in out if p[0] <= row["resumed_at_step"]]
+                elif key in row and row[key] is not None:
+                    out.append((row["step"] + 1, float(row[key])))
+    except OSError:
+        pass
+    return out
+
+
+def last_session_status(run_dir):
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            return json.load(f)["sessions"][-1].get("exit_status")
+    except (OSError, ValueError, KeyError, IndexError):
         return None
-    return found
 
 
-class LocalExecutor:
-    def __init__(self, loom, mpirun="mpirun", ranks=1, parallel=1, env=None):
-        self.loom, self.mpirun, self.ranks, self.parallel = loom, mpirun, ranks, parallel
-        self.env = dict(os.environ, **(env or {}))
-        self.running = {}  # trial -> Popen
+def link_tree(src, dst):
+    """Copies a checkpoint directory by hard links (checkpoints are never modified once written),
+    or by copying where links cannot be made; into dst.tmp first, then renamed."""
+    tmp = dst + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
 
-    def free(self):
-        return self.parallel - len(self.running)
-
-    def launch(self, trial, argv, log_path):
-        cmd = [self.mpirun, "-np", str(self.ranks), "--bind-to", "none", self.loom] + argv
-        log = open(log_path, "a")
-        log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
-        log.flush()
-        self.running[trial] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        log.close()
-
-    def poll(self):
-        """{trial: exit status} of the segments that ended."""
-        done = {t: p.poll() for t, p in self.running.items() if p.poll() is not None}
-        for t in done:
-            del self.running[t]
-        return done
-
-    def stop_all(self):
-        for p in self.running.values():
-            p.terminate()
+    def link(s, d):
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+    shutil.copytree(src, tmp, copy_function=link)
+    os.replace(tmp, dst)
 
 
 class Controller:
-    """`spec`: recipe, sets (recipe overrides for every trial), metric, mode, min_steps, eta,
-    max_steps, and the trials (list of {key: value})."""
+    """`spec`: recipe, sets (overrides for every trial), metric, mode, max_steps, scheduler (its
+    section of the sweep spec), space, seed, trials (list of {key: value})."""
 
     def __init__(self, out, spec, executor, log=print):
-        self.out, self.spec, self.ex, self.log = out, spec, executor, log
-        os.makedirs(out, exist_ok=True)
-        path = os.path.join(out, STATE)
+        self.out, self.spec, self.ex, self.log = os.path.abspath(out), spec, executor, log
+        self.stop_signal = None
+        os.makedirs(self.out, exist_ok=True)
+        ident = {k: spec[k] for k in ("recipe", "sets", "metric", "mode", "max_steps", "scheduler", "trials")}
+        path = os.path.join(self.out, STATE)
         if os.path.exists(path):
             with open(path) as f:
                 st = json.load(f)
-            if st["trials_spec"] != spec["trials"]:
-                raise SystemExit(f"sweep: {path} belongs to another sweep (its trials differ); use another directory")
+            if st["spec"] != json.loads(json.dumps(ident)):
+                raise SystemExit(f"sweep: {path} belongs to another sweep (its spec differs); use another --out")
             self.trials = st["trials"]
-            self.asha = Asha.from_state(st["asha"])
-            # Segments that were running when the controller died: one that reached its rung
-            # meanwhile (its metric is there) is recorded; the others run again (loom resumes
-            # each from its own last checkpoint).
-            self.requeue = []
-            for t in self.trials:
-                if t["status"] != "running":
-                    continue
-                got = last_metric(os.path.join(self.trial_dir(t), "run"), spec["metric"])
-                if got and got[0] == self.asha.rungs[t["target_rung"]]:
-                    self.finish(t["id"], 0)
-                else:
-                    self.requeue.append(t["id"])
-            self.log(f"sweep: resumed {path}: {sum(t['status'] != 'pending' for t in self.trials)} trials started, "
-                     f"{len(self.requeue)} segment(s) to run again")
+            self.sched = schedulers.make(spec["scheduler"], spec["max_steps"], spec["mode"], spec["space"],
+                                         spec["seed"], st["scheduler"])
+            self._reattach()
         else:
-            self.asha = Asha(spec["min_steps"], spec["max_steps"], spec["eta"], spec["mode"])
-            self.trials = [{"id": i, "params": p, "status": "pending", "rung": None, "target_rung": None,
-                            "steps": 0, "metrics": []} for i, p in enumerate(spec["trials"])]
-            self.requeue = []
+            self.sched = schedulers.make(spec["scheduler"], spec["max_steps"], spec["mode"], spec["space"], spec["seed"])
+            self.trials = [{"id": i, "params": p, "status": "pending", "steps": 0, "target": None, "metrics": [],
+                            "ckpt": "run/checkpoints", "lineage": [], "segments": 0, "handle": None, "stopping": None}
+                           for i, p in enumerate(spec["trials"])]
+        self.ident = ident
         self.save()
+
+    def _reattach(self):
+        """After a restart: a segment still running is waited for; one that reached its target
+        meanwhile is recorded; the others run again (each resumes from its last checkpoint)."""
+        adopted = rerun = 0
+        for t in self.trials:
+            if t["status"] != "running":
+                continue
+            if self.ex.adopt(t["id"], t["handle"]):
+                adopted += 1
+                continue
+            got = metric_history(self.run_dir(t), self.spec["metric"])
+            if t["stopping"] != "shutdown" and got and got[-1][0] == t["target"]:
+                self.finish(t["id"], 0)
+            else:
+                t["status"], t["stopping"] = "interrupted", None
+                rerun += 1
+        started = sum(t["status"] != "pending" for t in self.trials)
+        self.log(f"sweep: resumed {os.path.join(self.out, STATE)}: {started} trials started, {adopted} segment(s) "
+                 f"still running, {rerun} to run again from their checkpoints")
 
     def save(self):
         write_json_atomically(os.path.join(self.out, STATE),
-                              {"trials_spec": self.spec["trials"], "trials": self.trials, "asha": self.asha.state()})
+                              {"spec": self.ident, "trials": self.trials, "scheduler": self.sched.state()})
 
     def trial_dir(self, t):
         return os.path.join(self.out, f"trial_{t['id']}")
 
-    def argv(self, t, rung):
+    def run_dir(self, t):
+        return os.path.join(self.trial_dir(t), "run")
+
+    def argv(self, t, target):
         d = self.trial_dir(t)
         sets = list(self.spec.get("sets", []))
         sets += [f"{k}={v}" for k, v in sorted(t["params"].items())]
-        # A segment's end evaluates (log.eval_every: every N steps and at the end of a run).
-        if self.spec["metric"] == "val_loss" and not any(s.startswith("log.eval_every=") for s in sets):
-            sets.append(f"log.eval_every={self.spec['max_steps']}")
-        sets += [f"train.steps={self.spec['max_steps']}", f"log.dir={d}/run", f"checkpoint.dir={d}/ckpt",
-                 "checkpoint.resume=auto", f"train.stop_at_step={self.asha.rungs[rung]}"]
+        if self.spec["metric"] == "val_loss":
+            # Evaluate where decisions are made: the median rule at every eval_every steps, the
+            # others at each segment's end (a run ending at train.stop_at_step evaluates there).
+            every = getattr(self.sched, "eval_every", self.spec["max_steps"])
+            sets.append(f"log.eval_every={every}")
+        sets += [f"train.steps={self.spec['max_steps']}", f"log.dir={self.run_dir(t)}",
+                 f"checkpoint.dir={os.path.join(d, t['ckpt'])}", "checkpoint.resume=auto",
+                 f"train.stop_at_step={target}"]
         out = ["train", self.spec["recipe"]]
         for s in sets:
             out += ["--set", s]
         return out
 
-    def start(self, t, rung):
-        t["status"], t["target_rung"] = "running", rung
+    def exploit(self, t, donor_id, params):
+        """PBT: t continues from the donor's checkpoint at t's step, with `params`."""
+        donor = self.trials[donor_id]
+        step = t["steps"]
+        src = os.path.join(self.trial_dir(donor), donor["ckpt"], f"step_{step:08d}")
+        if not os.path.isdir(src):
+            raise SystemExit(f"sweep: PBT: trial {donor_id} has no checkpoint at step {step} ({src})")
+        name = f"ckpt_g{step}"
+        dst = os.path.join(self.trial_dir(t), name, f"step_{step:08d}")
+        if not os.path.isdir(dst):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            link_tree(src, dst)
+        t["lineage"].append({"step": step, "donor": donor_id, "before": t["params"], "after": params,
+                             "checkpoint": os.path.relpath(src, self.out)})
+        self.log(f"sweep: PBT at step {step}: trial {t['id']} copies trial {donor_id}'s checkpoint, {t['params']} -> {params}")
+        t["params"], t["ckpt"] = params, name
+
+    def start(self, t, target, exploit=None):
+        if exploit:
+            self.exploit(t, *exploit)
+        t["status"], t["target"], t["stopping"] = "running", target, None
+        t["segments"] += 1
         os.makedirs(self.trial_dir(t), exist_ok=True)
-        self.ex.launch(t["id"], self.argv(t, rung), os.path.join(self.trial_dir(t), "segments.log"))
-        self.log(f"sweep: trial {t['id']} -> {self.asha.rungs[rung]} steps {t['params']}")
+        t["handle"] = self.ex.launch(t["id"], self.argv(t, target), os.path.join(self.trial_dir(t), "segments.log"),
+                                     self.run_dir(t))
+        self.log(f"sweep: trial {t['id']} -> {target} steps {t['params']}")
         self.save()
 
     def finish(self, tid, rc):
         t = self.trials[tid]
-        rung = t["target_rung"]
-        got = last_metric(os.path.join(self.trial_dir(t), "run"), self.spec["metric"])
-        if rc != 0 or got is None or got[0] != self.asha.rungs[rung]:
-            t["status"] = "failed"
-            t["why"] = f"segment to {self.asha.rungs[rung]} steps exited {rc}" + ("" if got else ", no metric")
-            self.asha.record(tid, rung, float("nan"))
+        if rc is None:
+            rc = last_session_status(self.run_dir(t))
+        got = metric_history(self.run_dir(t), self.spec["metric"])
+        reached = got[-1][0] if got else 0
+        if rc == 0 and got and reached == t["target"]:  # the segment got there (even if asked to stop)
+            t["steps"] = reached
+            t["metrics"].append([reached, got[-1][1]])
+            t["status"] = self.sched.report(tid, reached, got[-1][1])
+        elif t["stopping"] == "shutdown":
+            t["status"] = "interrupted"  # the restart resumes it from the checkpoint it just saved
+        elif t["stopping"] == "scheduler":
+            t["status"], t["why"] = "stopped", self.sched.why_stopped(tid)
+            t["steps"] = max(t["steps"], reached)
+        elif rc == 75:
+            t["status"] = "interrupted"  # a time limit or preemption: run the segment again
         else:
-            t["rung"], t["steps"] = rung, got[0]
-            t["metrics"].append([got[0], got[1]])
-            self.asha.record(tid, rung, got[1])
-            t["status"] = "done" if rung == len(self.asha.rungs) - 1 else "paused"
-        self.log(f"sweep: trial {tid} at {t['steps']} steps: {self.spec['metric']} "
-                 f"{t['metrics'][-1][1] if t['metrics'] else 'none'} ({t['status']})")
+            t["status"], t["why"] = "failed", f"segment to {t['target']} steps exited {rc}" + ("" if got else ", no metric")
+            t["steps"] = max(t["steps"], reached)
+            self.sched.fail(tid)
+        t["stopping"] = None
+        shown = t["metrics"][-1][1] if t["metrics"] else "none"
+        self.log(f"sweep: trial {tid} at {t['steps']} steps: {self.spec['metric']} {shown} ({t['status']})")
         self.save()
 
-    def run(self, poll_s=1.0):
-        # SIGTERM/SIGINT end the running segments too (each saves nothing more than its last
-        # checkpoint); a restart picks the sweep up from state.json.
-        import signal
+    def watch(self):
+        """The median rule: look at the running trials' evaluations as they appear."""
+        history = {t["id"]: metric_history(self.run_dir(t), self.spec["metric"])
+                   for t in self.trials if t["status"] != "pending"}
+        for tid in list(self.ex.running):
+            t = self.trials[tid]
+            if t["stopping"] or not history.get(tid):
+                continue
+            step = history[tid][-1][0]
+            if step < t["target"] and self.sched.should_stop(tid, step, history):
+                self.log(f"sweep: stopping trial {tid} at step {step}: {self.sched.why_stopped(tid)}")
+                t["stopping"] = "scheduler"
+                self.ex.stop(tid)
+                self.save()
 
-        def stop(signum, _frame):
-            self.ex.stop_all()
-            raise SystemExit(f"sweep: stopped by signal {signum}; run the same command again to continue")
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        for tid in self.requeue:
-            self.start(self.trials[tid], self.trials[tid]["target_rung"])
-        self.requeue = []
-        while True:
+    def _on_signal(self, signum, _frame):
+        self.stop_signal = signum
+
+    def shutdown(self, poll_s):
+        self.log(f"sweep: signal {self.stop_signal}: stopping {len(self.ex.running)} segment(s) with a final checkpoint")
+        for tid in self.ex.running:
+            self.trials[tid]["stopping"] = "shutdown"
+        self.save()
+        self.ex.stop_all()
+        while self.ex.running:
             for tid, rc in self.ex.poll().items():
                 self.finish(tid, rc)
-            while self.ex.free() > 0:
-                pending = [t for t in self.trials if t["status"] == "pending"]
-                job = self.asha.next_job(can_start_new=bool(pending))
+            time.sleep(poll_s)
+        raise SystemExit(f"sweep: stopped by signal {self.stop_signal}; run the same command again to continue")
+
+    def run(self, poll_s=1.0):
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        while True:
+            if self.stop_signal:
+                self.shutdown(poll_s)
+            for tid, rc in self.ex.poll().items():
+                self.finish(tid, rc)
+            if self.sched.watches:
+                self.watch()
+            while self.ex.free() > 0 and not self.stop_signal:
+                again = [t for t in self.trials if t["status"] == "interrupted"]
+                if again:
+                    self.start(again[0], again[0]["target"])
+                    continue
+                if hasattr(self.sched, "params"):
+                    self.sched.params = {t["id"]: t["params"] for t in self.trials}
+                pending = [t["id"] for t in self.trials if t["status"] == "pending"]
+                job = self.sched.next_job(pending, drained=not pending and not self.ex.running)
                 if job is None:
                     break
-                kind, tid, rung = job
-                self.start(pending[0] if kind == "new" else self.trials[tid], rung)
-            if not self.ex.running:
+                tid, target, exploit = job
+                self.start(self.trials[tid], target, exploit)
+            if not self.ex.running and not self.stop_signal:
                 break
             time.sleep(poll_s)
         for t in self.trials:
             if t["status"] == "paused":
-                t["status"] = "stopped"
-                t["why"] = f"ASHA: not in the best 1/{self.asha.eta} at {t['steps']} steps"
+                t["status"], t["why"] = "stopped", self.sched.why_stopped(t["id"])
         self.save()
         return self.trials
+
+
+def best_trial(trials, mode):
+    """The trial with the best final metric among those that trained to the end (else any)."""
+    def final(t):
+        m = t["metrics"][-1][1] if t["metrics"] else math.nan
+        return m if math.isfinite(m) else math.inf * (1 if mode == "min" else -1)
+    done = [t for t in trials if t["status"] == "done"] or [t for t in trials if t["metrics"]]
+    if not done:
+        return None
+    return (min if mode == "min" else max)(done, key=final)

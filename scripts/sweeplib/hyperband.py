@@ -36,9 +36,9 @@ class HyperBand:
     def record(self, trial, rung, metric):
         self.brackets[self.bracket_of[trial]].record(trial, rung, metric)
 
-    def next_job(self, can_start_new=True):
+    def next_job(self, can_start_new=True, drained=False):
         for bracket in self.brackets:
-            job = bracket.next_job(can_start_new=False)
+            job = bracket.next_job(can_start_new=False, drained=drained and not can_start_new)
             if job:
                 return job
         return ("new", None, 0) if can_start_new else None

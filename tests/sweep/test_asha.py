@@ -59,6 +59,20 @@ class AshaTest(unittest.TestCase):
             c.record(t, 0, math.nan)  # failed trials are never promoted
         self.assertEqual(c.next_job(), ("new", None, 0))
 
+    def test_drained_sweep_still_reaches_the_top(self):
+        # 4 trials, eta 3: rung 0 promotes floor(4/3) = 1 (t1); alone at rung 1 it would never be
+        # promoted (floor(1/3) = 0), so a sweep with nothing left to run would end with no trial at
+        # 9 steps. Drained (nothing pending or training), the best of a rung goes up anyway, once.
+        a = Asha(1, 9, eta=3)
+        for t, m in enumerate([5.0, 4.0, 6.0, 7.0]):
+            a.record(t, 0, m)
+        self.assertEqual(a.next_job(can_start_new=False), ("promote", 1, 1))
+        a.record(1, 1, 3.0)
+        self.assertIsNone(a.next_job(can_start_new=False))
+        self.assertEqual(a.next_job(can_start_new=False, drained=True), ("promote", 1, 2))
+        a.record(1, 2, 2.5)
+        self.assertIsNone(a.next_job(can_start_new=False, drained=True))  # t1 was rung 0's best: no more
+
     def test_state_round_trip(self):
         a = Asha(1, 9, eta=3)
         for t, m in enumerate([5.0, 4.0, 6.0]):

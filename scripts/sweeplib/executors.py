@@ -1,0 +1,157 @@
+"""Where a trial's segments run: as mpirun processes on this machine (local), or as Slurm jobs
+(slurm, one batch job per segment through slurm/sweep_trial.sbatch, so a paused trial holds no
+allocation while it waits for a promotion).
+
+An executor launches a segment (`loom train ...` arguments) and returns a handle the controller
+keeps in state.json; adopt() re-attaches a handle after the controller restarted, so a segment
+that outlived the controller is waited for rather than run twice. poll() returns the segments
+that ended with their exit status (None when it cannot be known: the controller then reads the
+trial's run.json). stop() asks one segment to stop gracefully: loom saves a checkpoint at the
+end of the step and exits 75 (SIGUSR1 to mpirun, which forwards it; under Slurm `scancel
+--batch --signal=USR1`, which slurm/loom_job.sh forwards).
+"""
+import os
+import shlex
+import signal
+import subprocess
+
+
+class LocalExecutor:
+    def __init__(self, loom, ranks=1, parallel=1, env=None, mpirun="mpirun"):
+        self.loom, self.mpirun, self.ranks, self.parallel = loom, mpirun, ranks, parallel
+        self.env = dict(os.environ, **(env or {}))
+        self.running = {}  # trial -> Popen, or pid (adopted)
+
+    def free(self):
+        return self.parallel - len(self.running)
+
+    def launch(self, trial, argv, log_path, run_dir):
+        cmd = [self.mpirun, "-np", str(self.ranks), "--bind-to", "none", self.loom] + argv
+        with open(log_path, "a") as log:
+            log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+            log.flush()
+            # Its own session: a Ctrl-C at the controller's terminal reaches the controller, which
+            # stops the segments gracefully, and a killed controller leaves them running.
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        self.running[trial] = p
+        return {"pid": p.pid}
+
+    def adopt(self, trial, handle):
+        """True if the segment is still running (then it is tracked like one launched here)."""
+        pid = (handle or {}).get("pid")
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                alive = os.path.basename(self.mpirun).encode() in f.read()
+        except (OSError, TypeError):
+            alive = False
+        if alive:
+            self.running[trial] = pid
+        return alive
+
+    def poll(self):
+        done = {}
+        for t, p in list(self.running.items()):
+            if isinstance(p, int):  # adopted: not our child, so no exit status
+                try:
+                    os.kill(p, 0)
+                except ProcessLookupError:
+                    done[t] = None
+            elif p.poll() is not None:
+                done[t] = p.returncode
+        for t in done:
+            del self.running[t]
+        return done
+
+    def stop(self, trial):
+        p = self.running.get(trial)
+        if p is not None:
+            try:
+                os.kill(p if isinstance(p, int) else p.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+
+    def stop_all(self):
+        for t in list(self.running):
+            self.stop(t)
+
+
+class SlurmExecutor:
+    """sbatch_args: extra sbatch arguments for every segment (resources, partition, time);
+    env: variables for slurm/loom_job.sh (LAUNCHER, OMP_NUM_THREADS, ...)."""
+
+    ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+             "OUT_OF_MEMORY", "SPECIAL_EXIT")
+
+    def __init__(self, loom, src, parallel=1, sbatch_args="", env=None, name="loom-sweep"):
+        self.loom, self.src, self.parallel, self.name = os.path.abspath(loom), src, parallel, name
+        self.sbatch_args = shlex.split(sbatch_args) if isinstance(sbatch_args, str) else list(sbatch_args)
+        self.env = {k: str(v) for k, v in (env or {}).items()}
+        self.running = {}  # trial -> job id
+
+    def free(self):
+        return self.parallel - len(self.running)
+
+    def launch(self, trial, argv, log_path, run_dir):
+        # argv is `train RECIPE --set k=v ...`: loom_job.sh takes the recipe and the overrides.
+        # loom_job.sh splits OVERRIDES on whitespace, so no argument may hold any.
+        assert argv[0] == "train"
+        spaced = [a for a in argv[2:] if not a or any(c.isspace() for c in a)]
+        if spaced:
+            raise RuntimeError(f"trial {trial}: the Slurm executor cannot pass an override holding spaces: {spaced[0]!r}")
+        env = dict(os.environ, **self.env)
+        env.update(RECIPE=os.path.abspath(argv[1]), OVERRIDES=" ".join(argv[2:]), RUN_DIR=run_dir,
+                   LOOM=self.loom, REQUEUE="0")
+        cmd = ["sbatch", "--parsable", f"--job-name={self.name}-{trial}", f"--output={log_path}",
+               "--open-mode=append"] + self.sbatch_args + [os.path.join(self.src, "slurm", "sweep_trial.sbatch")]
+        with open(log_path, "a") as log:
+            log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + f"  (OVERRIDES={env['OVERRIDES']})\n")
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=self.src)
+        if r.returncode != 0:
+            raise RuntimeError(f"sbatch failed ({r.returncode}) for trial {trial}: {r.stderr.strip()}")
+        job = r.stdout.strip().split(";")[0]
+        self.running[trial] = job
+        return {"job": job}
+
+    def _states(self):
+        r = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %T"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"squeue failed ({r.returncode}): {r.stderr.strip()}")
+        return dict(line.split() for line in r.stdout.splitlines() if line.strip())
+
+    def adopt(self, trial, handle):
+        job = (handle or {}).get("job")
+        if job and self._states().get(job, "COMPLETED") not in self.ENDED:
+            self.running[trial] = job
+            return True
+        return False
+
+    def _exit_status(self, job):
+        r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
+        for field in r.stdout.split():
+            if field.startswith("ExitCode="):
+                code, _, sig = field[len("ExitCode="):].partition(":")
+                return int(code) if sig in ("", "0") else 128 + int(sig)
+        return None  # forgotten by slurmctld (MinJobAge): the controller reads run.json
+
+    def poll(self):
+        if not self.running:
+            return {}
+        states = self._states()
+        done = {t: self._exit_status(j) for t, j in self.running.items() if states.get(j, "COMPLETED") in self.ENDED}
+        for t in done:
+            del self.running[t]
+        return done
+
+    def stop(self, trial):
+        job = self.running.get(trial)
+        if job is None:
+            return
+        if self._states().get(job) == "PENDING":
+            subprocess.run(["scancel", job], capture_output=True)  # nothing ran: nothing to save
+        else:
+            # The batch shell traps USR1 and hands it to loom, which saves and exits 75.
+            subprocess.run(["scancel", "--batch", "--signal=USR1", job], capture_output=True)
+
+    def stop_all(self):
+        for t in list(self.running):
+            self.stop(t)
