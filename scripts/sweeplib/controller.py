@@ -103,7 +103,7 @@ class Controller:
     def _reattach(self):
         """After a restart: a segment still running is waited for; one that reached its target
         meanwhile is recorded; the others run again (each resumes from its last checkpoint)."""
-        adopted = rerun = 0
+        adopted = 0
         for t in self.trials:
             if t["status"] != "running":
                 continue
@@ -112,10 +112,10 @@ class Controller:
                 continue
             got = metric_history(self.run_dir(t), self.spec["metric"])
             if t["stopping"] != "shutdown" and got and got[-1][0] == t["target"]:
-                self.finish(t["id"], 0)
+                self.finish(t["id"], None)  # its exit status from run.json
             else:
                 t["status"], t["stopping"] = "interrupted", None
-                rerun += 1
+        rerun = sum(t["status"] == "interrupted" for t in self.trials)
         started = sum(t["status"] != "pending" for t in self.trials)
         self.log(f"sweep: resumed {os.path.join(self.out, STATE)}: {started} trials started, {adopted} segment(s) "
                  f"still running, {rerun} to run again from their checkpoints")
@@ -181,9 +181,10 @@ class Controller:
             rc = last_session_status(self.run_dir(t))
         got = metric_history(self.run_dir(t), self.spec["metric"])
         reached = got[-1][0] if got else 0
+        if got:
+            t["metrics"] = [[s, v] for s, v in got]  # every evaluation so far (the median rule's too)
         if rc == 0 and got and reached == t["target"]:  # the segment got there (even if asked to stop)
             t["steps"] = reached
-            t["metrics"].append([reached, got[-1][1]])
             t["status"] = self.sched.report(tid, reached, got[-1][1])
         elif t["stopping"] == "shutdown":
             t["status"] = "interrupted"  # the restart resumes it from the checkpoint it just saved
