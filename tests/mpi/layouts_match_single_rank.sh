@@ -1,5 +1,6 @@
 # Parallel layouts change nothing but the speed: each layout given as "name:ranks:overrides"
-# trains the tiny recipe 50 steps and must give the single-rank loss (within 1e-5 relative) and
+# trains the tiny recipe 50 steps (LAYOUT_STEPS; at least 25, past the loss spike near step 20
+# where differences in summation order show most) and must give the single-rank loss (within 1e-5 relative) and
 # grad norm (1e-4) at every step (the same global batch and the same global initial weights; only
 # how the work is split changes). A layout with parallel.zero=1 must also hold 1/dp of the
 # optimizer state of a replicated-optimizer layout with the same tp and pp.
@@ -14,9 +15,10 @@ shift 3
 corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1  # several ranks share 2 cores
+export LAYOUT_STEPS=${LAYOUT_STEPS:-50}
 run() {  # name np overrides...
   local name=$1 np=$2; shift 2
-  mpi -np "$np" "$LOOM" train configs/tiny.yaml --set train.steps=50 --set log.every=1 --set log.eval_every=0 \
+  mpi -np "$np" "$LOOM" train configs/tiny.yaml --set train.steps="$LAYOUT_STEPS" --set log.every=1 --set log.eval_every=0 \
     --set train.precision="${LAYOUT_PRECISION:-fp32}" \
     --set parallel.bucket_mb=0.25 --set log.dir="$WORK/$name" "$@" > "$WORK/$name.out" 2>&1 ||
     { cat "$WORK/$name.out"; fail "$name failed"; }
@@ -39,25 +41,26 @@ def state_mb(name):
     return float(re.search(r"optimizer state ([0-9.]+) MB", open(f"{work}/{name}.out").read()).group(1))
 def load(name):
     return [json.loads(l) for l in open(f"{work}/{name}/metrics.jsonl")]
+steps = int(os.environ["LAYOUT_STEPS"])
 ref = load("single")
-assert len(ref) == 50
+assert len(ref) == steps
 if os.environ.get("LAYOUT_PRECISION", "fp32") != "fp32":
     tol, tol_end = float(os.environ["LAYOUT_TOL_LOSS"]), float(os.environ["LAYOUT_TOL_END"])
-    end = lambda rows: sum(r["loss"] for r in rows[40:]) / 10
+    end = lambda rows: sum(r["loss"] for r in rows[-10:]) / 10
     for name in names:
         rows = load(name)
-        assert len(rows) == 50, name
+        assert len(rows) == steps, name
         early = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(ref[:15], rows[:15]))
         late = abs(end(rows) - end(ref)) / end(ref)
         print(f"{name}: worst relative loss difference over steps 1-15 {early:.1e} (tolerance {tol:g}); "
-              f"mean of steps 41-50 {end(rows):.4f} vs single-rank {end(ref):.4f} ({late:.1e}, tolerance {tol_end:g})")
+              f"mean of the last 10 steps {end(rows):.4f} vs single-rank {end(ref):.4f} ({late:.1e}, tolerance {tol_end:g})")
         assert early <= tol and late <= tol_end, f"{name} does not match the single-rank run"
     exact = []  # no per-step comparison in bf16; the ZeRO-1 state check below still runs
 else:
     exact = names
 for name in exact:
     rows = load(name)
-    assert len(rows) == 50, name
+    assert len(rows) == steps, name
     worst = {"loss": 0.0, "grad_norm": 0.0}
     # The loss within 1e-5 relative (the target). The pre-clip gradient norm is more sensitive to
     # summation order: around the loss spike near step 20 of the tiny recipe (norm ~16) a
@@ -68,7 +71,7 @@ for name in exact:
             rel = abs(a[k] - b[k]) / abs(a[k])
             worst[k] = max(worst[k], rel)
             assert rel <= tol[k], f"{name} step {a['step']} {k}: {b[k]} vs single-rank {a[k]} (rel {rel:.2e})"
-    print(f"{name}: 50 steps match the single rank; worst relative difference: loss {worst['loss']:.1e}, "
+    print(f"{name}: {steps} steps match the single rank; worst relative difference: loss {worst['loss']:.1e}, "
           f"grad norm {worst['grad_norm']:.1e}")
 def degree(key, overrides):
     m = re.search(rf"parallel.{key}=(\d+)", overrides)

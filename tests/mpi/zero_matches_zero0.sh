@@ -1,7 +1,7 @@
 # ZeRO-2 and ZeRO-3 change where the model state lives and how gradients travel, not what is
 # computed: each layout "name:ranks:overrides" (with parallel.zero=2 or 3) trains the tiny recipe
-# 50 steps and must give the losses of the same layout at zero 0 (recompute and offload, which
-# change no bit, left out of the reference) within 1e-5 relative at every step, and the gradient
+# 30 steps (ZERO_STEPS; past the loss spike near step 20) and must give the losses of the same
+# layout at zero 0 (recompute and offload, which change no bit, left out of the reference) within 1e-5 relative at every step, and the gradient
 # norm within 1e-4, the tolerances layouts_match_single_rank.sh holds every layout to.
 #
 # Not bitwise, and why: zero 0 sums a rank's micro-batches inside the backward kernels and then
@@ -18,10 +18,11 @@ shift 3
 corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1  # several ranks share 2 cores
+export ZERO_STEPS=${ZERO_STEPS:-30}
 run() {  # name np overrides...
   local name=$1 np=$2; shift 2
   [ -e "$WORK/$name/metrics.jsonl" ] && return 0
-  mpi -np "$np" "$LOOM" train configs/tiny.yaml --set train.steps=50 --set log.every=1 --set log.eval_every=0 \
+  mpi -np "$np" "$LOOM" train configs/tiny.yaml --set train.steps="$ZERO_STEPS" --set log.every=1 --set log.eval_every=0 \
     --set parallel.bucket_mb=0.25 --set log.dir="$WORK/$name" "$@" > "$WORK/$name.out" 2>&1 ||
     { cat "$WORK/$name.out"; fail "$name failed"; }
 }
@@ -38,18 +39,19 @@ for layout in "$@"; do
   pairs+=("$name:$ref")
 done
 python3 - "$WORK" "${pairs[@]}" <<'PY'
-import json, sys
+import json, os, sys
 work, pairs = sys.argv[1], [p.split(":") for p in sys.argv[2:]]
 load = lambda n: [json.loads(l) for l in open(f"{work}/{n}/metrics.jsonl")]
 tol = {"loss": 1e-5, "grad_norm": 1e-4}
 runs = {}
 for name, ref in pairs:
     a, b = load(ref), load(name)
-    assert len(a) == len(b) == 50, (name, len(a), len(b))
+    steps = int(os.environ["ZERO_STEPS"])
+    assert len(a) == len(b) == steps, (name, len(a), len(b))
     worst = {k: max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b)) for k in tol}
     same = sum(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"] for x, y in zip(a, b))
-    print(f"{name}: 50 steps vs zero 0: worst relative difference loss {worst['loss']:.1e}, "
-          f"grad norm {worst['grad_norm']:.1e}; {same} of 50 steps bitwise equal")
+    print(f"{name}: {steps} steps vs zero 0: worst relative difference loss {worst['loss']:.1e}, "
+          f"grad norm {worst['grad_norm']:.1e}; {same} of {steps} steps bitwise equal")
     for k in tol:
         assert worst[k] <= tol[k], f"{name}: {k} differs from zero 0 by {worst[k]:.2e} (tolerance {tol[k]:g})"
     runs[name] = b

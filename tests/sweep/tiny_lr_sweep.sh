@@ -1,23 +1,19 @@
-# The sweep spec the sweep tests share (sourced): 8 trials of configs/tiny.yaml with optim.lr
-# loguniform in [1e-4, 3e-2], micro-batches of 4 sequences and 2 of them per step (so a trial is
-# quick), warmup 5 steps, 180 steps at most, val_loss (8 batches) as the metric.
+# What the sweep tests share (sourced). tiny_lr_sweep writes the shipped example
+# configs/sweeps/tiny-lr-asha.yaml (8 trials of configs/tiny.yaml, optim.lr loguniform in
+# [1e-4, 3e-2], micro-batches of 4 sequences and 2 of them per step so a trial is quick, warmup 5
+# steps, 180 steps at most, val_loss as the metric) with another scheduler and executor:
 #   tiny_lr_sweep FILE SCHEDULER EXECUTOR   e.g. "{kind: asha, min_steps: 30, eta: 3}" "{kind: local, parallel: 2}"
 # Rungs at 30 and 90 steps: on this recipe a rung inside the warmup or at 20 steps ranks the
 # learning rates by how fast they reach the byte-frequency plateau (the largest win), while by 30
 # steps the ranking is the final one's (measured: docs/sweeps.md).
 tiny_lr_sweep() {
-  cat > "$1" <<SPEC
-recipe: configs/tiny.yaml
-set: [train.micro_batch=4, train.global_batch=8, log.every=1, log.eval_batches=8, optim.warmup_steps=5]
-metric: val_loss
-max_steps: 180
-scheduler: $2
-space:
-  optim.lr: {loguniform: [1.0e-4, 3.0e-2]}
-samples: 8
-seed: 0
-executor: $3
-SPEC
+  /usr/bin/python3 - "$SRC/configs/sweeps/tiny-lr-asha.yaml" "$@" <<'PY'
+import sys, yaml
+shipped, out, scheduler, executor = sys.argv[1:]
+spec = yaml.safe_load(open(shipped))
+spec["scheduler"], spec["executor"] = yaml.safe_load(scheduler), yaml.safe_load(executor)
+yaml.safe_dump(spec, open(out, "w"), sort_keys=False)
+PY
 }
 
 # Every trial's sessions (run.json) chain: each starts where the one before ended and ended 0
