@@ -1,0 +1,181 @@
+"""The sweep controller's bookkeeping with a stand-in for `loom train` (the e2e tests run the
+real one): an executor whose segments write metrics.jsonl and run.json the way loom does, a
+few steps per poll, with a loss that depends on the learning rate. Checks the median rule
+stopping a running trial through the executor, HyperBand finishing every bracket, PBT's
+generations, and a restart that re-attaches a running segment and reruns an interrupted one."""
+import json
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+from sweeplib.controller import Controller  # noqa: E402
+
+
+def loss(lr, step):
+    return 2.0 + abs(math.log10(lr) + 3.0) + 3.0 / (1.0 + step / 10.0)
+
+
+class FakeLoom:
+    """Segments advance `per_poll` steps per poll(); stop() ends one with exit 75 at its step."""
+
+    def __init__(self, parallel=2, per_poll=10):
+        self.parallel, self.per_poll = parallel, per_poll
+        self.running, self.launched, self.stopped = {}, [], []
+
+    def free(self):
+        return self.parallel - len(self.running)
+
+    def launch(self, trial, argv, log_path, run_dir):
+        sets = dict(a.split("=", 1) for a in argv[3::2])
+        os.makedirs(run_dir, exist_ok=True)
+        start = 0
+        if os.path.exists(f"{run_dir}/run.json"):
+            with open(f"{run_dir}/run.json") as f:
+                start = json.load(f)["sessions"][-1]["end_step"]
+        seg = {"dir": run_dir, "lr": float(sets["optim.lr"]), "step": start, "start": start,
+               "target": int(sets["train.stop_at_step"]), "eval": int(sets["log.eval_every"]), "stop": False}
+        self.running[trial] = seg
+        self.launched.append((trial, start, seg["target"]))
+        return {"fake": trial}
+
+    def adopt(self, trial, handle):
+        return False
+
+    def _end(self, seg, rc):
+        path = f"{seg['dir']}/run.json"
+        runs = {"sessions": []}
+        if os.path.exists(path):
+            with open(path) as f:
+                runs = json.load(f)
+        runs["sessions"].append({"start_step": seg["start"], "end_step": seg["step"], "exit_status": rc})
+        with open(path, "w") as f:
+            json.dump(runs, f)
+
+    def poll(self):
+        done = {}
+        for t, seg in list(self.running.items()):
+            if seg["stop"]:
+                self._end(seg, 75)
+                done[t] = 75
+                continue
+            with open(f"{seg['dir']}/metrics.jsonl", "a") as f:
+                for _ in range(self.per_poll):
+                    if seg["step"] == seg["target"]:
+                        break
+                    s = seg["step"]
+                    row = {"step": s, "loss": loss(seg["lr"], s)}
+                    if (s + 1) % seg["eval"] == 0 or s + 1 == seg["target"]:
+                        row["val_loss"] = loss(seg["lr"], s + 1)
+                    f.write(json.dumps(row) + "\n")
+                    seg["step"] += 1
+            if seg["step"] == seg["target"]:
+                self._end(seg, 0)
+                done[t] = 0
+        for t in done:
+            del self.running[t]
+        return done
+
+    def stop(self, trial):
+        self.stopped.append(trial)
+        self.running[trial]["stop"] = True
+
+    def stop_all(self):
+        for t in list(self.running):
+            self.stop(t)
+
+
+def spec(kind, trials, max_steps, **sched):
+    return {"recipe": "r.yaml", "sets": [], "metric": "val_loss", "mode": "min", "max_steps": max_steps,
+            "scheduler": dict(kind=kind, **sched), "space": {"optim.lr": {"loguniform": [1e-5, 1e-1]}},
+            "seed": 0, "trials": [{"optim.lr": lr} for lr in trials]}
+
+
+LRS = [1e-1, 1e-3, 1e-5, 3e-3, 3e-4, 1e-2, 1e-4, 2e-3]  # best: 1e-3, then 2e-3, 3e-4, 3e-3
+
+
+class ControllerTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def run_sweep(self, s, ex):
+        return Controller(self.dir, s, ex, log=lambda *_: None).run(poll_s=0)
+
+    def test_median_rule_stops_a_running_trial(self):
+        ex = FakeLoom(parallel=8, per_poll=10)
+        out = self.run_sweep(spec("median", LRS, 100, eval_every=10, grace_steps=20, min_trials=3), ex)
+        stopped = sorted(t["id"] for t in out if t["status"] == "stopped")
+        self.assertEqual(sorted(ex.stopped), stopped)
+        # The four farthest from 1e-3 are worse than the median of the running means at step 20.
+        self.assertEqual(stopped, [0, 2, 5, 6])
+        for t in out:
+            if t["status"] == "stopped":
+                self.assertLess(t["steps"], 100)
+                self.assertTrue(t["why"].startswith("median rule at step"))
+            else:
+                self.assertEqual((t["status"], t["steps"]), ("done", 100))
+
+    def test_hyperband_runs_every_bracket(self):
+        ex = FakeLoom(parallel=2)
+        out = self.run_sweep(spec("hyperband", LRS, 90, min_steps=10, eta=3), ex)
+        done = [t for t in out if t["status"] == "done"]
+        self.assertTrue(done)
+        self.assertEqual(min(done, key=lambda t: t["metrics"][-1][1])["params"]["optim.lr"], 1e-3)
+        # Every segment resumed where the trial's last one ended: none started over.
+        for trial, start, target in ex.launched:
+            self.assertLess(start, target)
+        starts = {}
+        for trial, start, target in ex.launched:
+            self.assertEqual(start, starts.get(trial, 0))
+            starts[trial] = target
+
+    def test_pbt_generations(self):
+        ex = FakeLoom(parallel=2)
+        s = spec("pbt", LRS[:4], 30, interval=10, quantile=0.25)
+        os.makedirs(self.dir, exist_ok=True)
+        # The controller copies the donor's checkpoint directory: give each segment one.
+        real_launch = ex.launch
+
+        def launch(trial, argv, log_path, run_dir):
+            h = real_launch(trial, argv, log_path, run_dir)
+            seg = ex.running[trial]
+            ck = dict(a.split("=", 1) for a in argv[3::2])["checkpoint.dir"]
+            os.makedirs(f"{ck}/step_{seg['target']:08d}", exist_ok=True)
+            return h
+        ex.launch = launch
+        out = self.run_sweep(s, ex)
+        copies = [(t["id"], e["step"], e["donor"]) for t in out for e in t["lineage"]]
+        self.assertEqual([c[1] for c in sorted(copies, key=lambda c: c[1])], [10, 20])
+        self.assertTrue(all(t["status"] == "done" and t["steps"] == 30 for t in out))
+        for tid, step, donor in copies:
+            self.assertTrue(os.path.isdir(f"{self.dir}/trial_{tid}/ckpt_g{step}/step_{step:08d}"))
+
+    def test_restart_reruns_interrupted_and_keeps_finished(self):
+        s = spec("asha", LRS, 90, min_steps=10, eta=3)
+        ex = FakeLoom(parallel=2)
+        c = Controller(self.dir, s, ex, log=lambda *_: None)
+        # Run until 3 segments ended, then "die" with two running (interrupted mid-segment).
+        while sum(t["status"] == "paused" for t in c.trials) < 3:
+            for tid, rc in ex.poll().items():
+                c.finish(tid, rc)
+            while ex.free() > 0:
+                pending = [t["id"] for t in c.trials if t["status"] == "pending"]
+                tid, target, _ = c.sched.next_job(pending)
+                c.start(c.trials[tid], target)
+        running = sorted(ex.running)
+        for t in running:  # their processes died with the machine: loom saved nothing past the rung
+            seg = ex.running[t]
+            seg["step"] = seg["start"]
+        ex2 = FakeLoom(parallel=2)
+        out = Controller(self.dir, s, ex2, log=lambda *_: None).run(poll_s=0)
+        self.assertEqual(sorted(t for t, _, _ in ex2.launched[:2]), running)  # rerun first
+        finished_before = {t for t, start, target in ex.launched if t not in running}
+        for t, start, target in ex2.launched:
+            self.assertFalse(t in finished_before and start == 0, f"trial {t} was trained again from 0")
+        self.assertTrue(any(t["status"] == "done" for t in out))
+
+
+if __name__ == "__main__":
+    unittest.main()
