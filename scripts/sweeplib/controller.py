@@ -232,7 +232,8 @@ class Controller:
             time.sleep(poll_s)
         raise SystemExit(f"sweep: stopped by signal {self.stop_signal}; run the same command again to continue")
 
-    def run(self, poll_s=1.0):
+    def run(self, poll_s=None):
+        poll_s = getattr(self.ex, "poll_s", 1.0) if poll_s is None else poll_s
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         while True:

@@ -17,6 +17,8 @@ import subprocess
 
 
 class LocalExecutor:
+    poll_s = 0.2  # polling a child process is free
+
     def __init__(self, loom, ranks=1, parallel=1, env=None, mpirun="mpirun"):
         self.loom, self.mpirun, self.ranks, self.parallel = loom, mpirun, ranks, parallel
         self.env = dict(os.environ, **(env or {}))
@@ -78,6 +80,8 @@ class LocalExecutor:
 class SlurmExecutor:
     """sbatch_args: extra sbatch arguments for every segment (resources, partition, time);
     env: variables for slurm/loom_job.sh (LAUNCHER, OMP_NUM_THREADS, ...)."""
+
+    poll_s = 1.0  # each poll is a squeue call to slurmctld
 
     ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
              "OUT_OF_MEMORY", "SPECIAL_EXIT")
