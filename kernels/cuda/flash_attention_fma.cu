@@ -287,14 +287,11 @@ void forward(S* out, float* lse, const S* qkv, int B, int T, int C, int NH, cuda
 }
 
 template <typename S, int D>
-void backward(S* dqkv, const S* dout, const S* qkv, const S* out, const float* lse, float* delta, int B, int T, int C,
-              int NH, cudaStream_t stream) {
+void backward(S* dqkv, const S* dout, const S* qkv, const float* lse, const float* delta, int B, int T, int C, int NH,
+              cudaStream_t stream) {
   static const bool ready = (allow_smem(flash_dkv_kernel<S, D>, smem_bytes<D>(4)),
                              allow_smem(flash_dq_kernel<S, D>, smem_bytes<D>(4)), true);
   (void)ready;
-  const size_t rows = size_t(B) * NH * T;
-  flash_delta_kernel<S><<<blocks_for(rows, 8), 256, 0, stream>>>(delta, dout, out, B, T, C, NH);
-  LOOM_CUDA_LAUNCHED();
   const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(B * NH));
   flash_dkv_kernel<S, D><<<grid, kThreads, smem_bytes<D>(4), stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH);
   LOOM_CUDA_LAUNCHED();
@@ -316,6 +313,7 @@ bool flash_attention_supported(int hs, DType dt) {
 
 void flash_attention_forward(TypedPtr out, float* lse, ConstTypedPtr qkv, int B, int T, int C, int NH,
                              cudaStream_t stream) {
+  if (flash_attention_forward_mma(out, lse, qkv, B, T, C, NH, stream)) return;
   dispatch_act("attention_forward", out.dtype, [&](auto tag) {
     using S = decltype(tag);
     if (C / NH == 64)
@@ -329,10 +327,14 @@ void flash_attention_backward(TypedPtr dqkv, ConstTypedPtr dout, ConstTypedPtr q
                               const float* lse, float* delta, int B, int T, int C, int NH, cudaStream_t stream) {
   dispatch_act("attention_backward", dqkv.dtype, [&](auto tag) {
     using S = decltype(tag);
+    const size_t rows = size_t(B) * NH * T;
+    flash_delta_kernel<S><<<blocks_for(rows, 8), 256, 0, stream>>>(delta, act<S>(dout), act<S>(out), B, T, C, NH);
+    LOOM_CUDA_LAUNCHED();
+    if (flash_attention_backward_mma(dqkv, dout, qkv, lse, delta, B, T, C, NH, stream)) return;
     if (C / NH == 64)
-      backward<S, 64>(act_mut<S>(dqkv), act<S>(dout), act<S>(qkv), act<S>(out), lse, delta, B, T, C, NH, stream);
+      backward<S, 64>(act_mut<S>(dqkv), act<S>(dout), act<S>(qkv), lse, delta, B, T, C, NH, stream);
     else
-      backward<S, 128>(act_mut<S>(dqkv), act<S>(dout), act<S>(qkv), act<S>(out), lse, delta, B, T, C, NH, stream);
+      backward<S, 128>(act_mut<S>(dqkv), act<S>(dout), act<S>(qkv), lse, delta, B, T, C, NH, stream);
   });
 }
 
