@@ -19,7 +19,9 @@
 // Rounding: P (forward, dV) and dS (dK, dQ) are rounded to the input dtype before their
 // product, as FlashAttention does; scores, exponentials, sums and accumulators stay fp32.
 // Tiles are staged in shared memory with rows padded by 8 elements (16 bytes), which makes the
-// fragment loads conflict-free; 16-byte global loads when every pointer allows them.
+// ldmatrix fragment loads conflict-free; the tiles a block loops over are double-buffered and
+// copied with cp.async (16 bytes at a time) while the previous tile is computed, when every
+// pointer is 16-byte aligned (else plain 2-byte loads, the same schedule).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
