@@ -19,10 +19,10 @@
 //          accumulates dV += P^T dO, dK += dS^T Q in registers.
 //   dQ:    a block per query tile, 4 threads per query row; walks the key tiles up to the
 //          diagonal and accumulates dQ += dS K.
-// Shared-memory rows are padded to hs + 1 floats: the column reads of the product loops fall in
-// distinct banks. Inputs of any compute dtype are converted to float as they are staged; all
+// Shared-memory rows are padded to hs + 4 floats and read as float4 (one load per 4 FMAs): the
+// 8 lanes of each quarter-warp phase read rows 4 (or 68) words apart, distinct banks. Inputs of any compute dtype are converted to float as they are staged; all
 // arithmetic is fp32 (expf, not the fast intrinsic), outputs rounded once when stored.
-// Shared memory: 4 tiles of 64 x (hs + 1) floats plus the 64 x 65 probability tile, 145 KiB at
+// Shared memory: 4 tiles of 64 x (hs + 4) floats plus the 64 x 68 probability tile, 150 KiB at
 // hs 128: opted into (sm_80 and sm_90 allow 163 and 227 KiB per block).
 #include <cmath>
 #include <string>
@@ -37,11 +37,11 @@ namespace {
 constexpr int kTile = 64;                 // rows per query tile and per key tile
 constexpr int kThreads = 256;             // 4 threads per row of a tile
 constexpr int kPerThread = kTile / 4;     // scores per thread per tile
-constexpr int kPStride = kTile + 1;       // padded row of the probability tile
+constexpr int kPStride = kTile + 4;       // padded row of the probability tile
 
 template <int D>
 constexpr size_t smem_bytes(int tiles) {
-  return (size_t(tiles) * kTile * (D + 1) + size_t(kTile) * kPStride + 2 * kTile) * sizeof(float);
+  return (size_t(tiles) * kTile * (D + 4) + size_t(kTile) * kPStride + 2 * kTile) * sizeof(float);
 }
 
 // Rows [t0, t0 + 64) of one head's slice (row r at src + r * stride) into a padded tile, as
@@ -50,7 +50,7 @@ template <typename S, int D>
 __device__ void stage(float* dst, const S* src, size_t stride, int t0, int T) {
   for (int idx = threadIdx.x; idx < kTile * D; idx += kThreads) {
     const int r = idx / D, d = idx % D, t = t0 + r;
-    dst[r * (D + 1) + d] = t < T ? load(src[size_t(t) * stride + d]) : 0.0f;
+    dst[r * (D + 4) + d] = t < T ? load(src[size_t(t) * stride + d]) : 0.0f;
   }
 }
 
@@ -63,10 +63,49 @@ __device__ __forceinline__ float row_sum4(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
+// s[k] += a . tile row (c + 4k), k < 16, over the D columns: one float4 of the tile per 4 FMAs.
+template <int D>
+__device__ __forceinline__ void dots(float (&s)[kPerThread], const float* a, const float* tile, int c) {
+  for (int d = 0; d < D; d += 4) {
+    const float4 x = ld4(a + d);
+    for (int k = 0; k < kPerThread; ++k) {
+      const float4 y = ld4(tile + (c + 4 * k) * (D + 4) + d);
+      s[k] = fmaf(x.x, y.x, s[k]);
+      s[k] = fmaf(x.y, y.y, s[k]);
+      s[k] = fmaf(x.z, y.z, s[k]);
+      s[k] = fmaf(x.w, y.w, s[k]);
+    }
+  }
+}
+
+// The tile column of a thread's e-th output element: runs of 4 columns (one float4), the 4
+// threads of a row interleaved every 16 columns.
+__device__ __forceinline__ int col_of(int c, int e) { return 16 * (e / 4) + 4 * c + e % 4; }
+
+// acc[e] += sum over the 64 tile rows j of w[j] * tile[j][col_of(c, e)].
+template <int D>
+__device__ __forceinline__ void accumulate_rows(float (&acc)[D / 4], const float* w, const float* tile, int c) {
+  for (int j = 0; j < kTile; j += 4) {
+    const float4 w4 = ld4(w + j);
+    const float wj[4] = {w4.x, w4.y, w4.z, w4.w};
+    for (int u = 0; u < 4; ++u)
+      for (int e = 0; e < D / 16; ++e) {
+        const float4 v = ld4(tile + (j + u) * (D + 4) + 16 * e + 4 * c);
+        acc[4 * e] = fmaf(wj[u], v.x, acc[4 * e]);
+        acc[4 * e + 1] = fmaf(wj[u], v.y, acc[4 * e + 1]);
+        acc[4 * e + 2] = fmaf(wj[u], v.z, acc[4 * e + 2]);
+        acc[4 * e + 3] = fmaf(wj[u], v.w, acc[4 * e + 3]);
+      }
+  }
+}
+
 template <typename S, int D>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(S* out, float* lse, const S* qkv, int T, int C, int NH) {
-  extern __shared__ float smem[];
-  constexpr int P = D + 1;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  constexpr int P = D + 4;
   float* Qs = smem;
   float* Ks = Qs + kTile * P;
   float* Vs = Ks + kTile * P;
@@ -91,10 +130,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(S* out, float* lse,
     __syncthreads();
     float s[kPerThread];
     for (int k = 0; k < kPerThread; ++k) s[k] = 0.0f;
-    for (int d = 0; d < D; ++d) {
-      const float q = Qs[r * P + d];
-      for (int k = 0; k < kPerThread; ++k) s[k] += q * Ks[(c + 4 * k) * P + d];
-    }
+    dots<D>(s, Qs + r * P, Ks, c);
     // Every row keeps at least key k0 (<= i) unmasked, so the max is finite from the first tile.
     float mt = m;
     for (int k = 0; k < kPerThread; ++k) {
@@ -113,16 +149,13 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(S* out, float* lse,
     m = mt;
     __syncwarp();  // the row's 4 threads are in one warp
     for (int e = 0; e < D / 4; ++e) o[e] *= corr;
-    for (int j = 0; j < kTile; ++j) {
-      const float p = Ps[r * kPStride + j];
-      for (int e = 0; e < D / 4; ++e) o[e] += p * Vs[j * P + c + 4 * e];
-    }
+    accumulate_rows<D>(o, Ps + r * kPStride, Vs, c);
   }
   l = row_sum4(l);
   if (i >= T) return;
   S* orow = out + (size_t(b) * T + i) * C + size_t(h) * D;
   const float inv = 1.0f / l;
-  for (int e = 0; e < D / 4; ++e) orow[c + 4 * e] = store<S>(o[e] * inv);
+  for (int e = 0; e < D / 4; ++e) orow[col_of(c, e)] = store<S>(o[e] * inv);
   if (c == 0) lse[size_t(blockIdx.y) * T + i] = m + logf(l);
 }
 
@@ -144,8 +177,9 @@ __global__ void flash_delta_kernel(float* delta, const S* dout, const S* out, in
 template <typename S, int D>
 __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(S* dqkv, const S* dout, const S* qkv, const float* lse,
                                                                const float* delta, int T, int C, int NH) {
-  extern __shared__ float smem[];
-  constexpr int P = D + 1;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  constexpr int P = D + 4;
   float* Ks = smem;
   float* Vs = Ks + kTile * P;
   float* Qs = Vs + kTile * P;
@@ -181,13 +215,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(S* dqkv, const S* d
     __syncthreads();
     float s[kPerThread], dp[kPerThread];
     for (int k = 0; k < kPerThread; ++k) s[k] = dp[k] = 0.0f;
-    for (int d = 0; d < D; ++d) {
-      const float kv = Ks[r * P + d], vv = Vs[r * P + d];
-      for (int k = 0; k < kPerThread; ++k) {
-        s[k] += kv * Qs[(c + 4 * k) * P + d];
-        dp[k] += vv * Gs[(c + 4 * k) * P + d];
-      }
-    }
+    dots<D>(s, Ks + r * P, Qs, c);
+    dots<D>(dp, Vs + r * P, Gs, c);
     for (int k = 0; k < kPerThread; ++k) {
       const int qi = c + 4 * k, q = q0 + qi;
       const float p = (q < T && q >= j) ? expf(s[k] * scale - Ls[qi]) : 0.0f;
@@ -195,32 +224,27 @@ __global__ void __launch_bounds__(kThreads) flash_dkv_kernel(S* dqkv, const S* d
       Ps[r * kPStride + qi] = p;
     }
     __syncwarp();
-    for (int q = 0; q < kTile; ++q) {
-      const float p = Ps[r * kPStride + q];
-      for (int e = 0; e < D / 4; ++e) dv[e] += p * Gs[q * P + c + 4 * e];
-    }
+    accumulate_rows<D>(dv, Ps + r * kPStride, Gs, c);
     __syncwarp();  // the row's P^T is read: overwrite it with dS^T
     for (int k = 0; k < kPerThread; ++k) Ps[r * kPStride + c + 4 * k] = dp[k];
     __syncwarp();
-    for (int q = 0; q < kTile; ++q) {
-      const float ds = Ps[r * kPStride + q];
-      for (int e = 0; e < D / 4; ++e) dk[e] += ds * Qs[q * P + c + 4 * e];
-    }
+    accumulate_rows<D>(dk, Ps + r * kPStride, Qs, c);
   }
   if (j >= T) return;
   S* dkrow = dqkv + (size_t(b) * T + j) * stride + C + size_t(h) * D;
   S* dvrow = dkrow + C;
   for (int e = 0; e < D / 4; ++e) {
-    dkrow[c + 4 * e] = store<S>(dk[e] * scale);
-    dvrow[c + 4 * e] = store<S>(dv[e]);
+    dkrow[col_of(c, e)] = store<S>(dk[e] * scale);
+    dvrow[col_of(c, e)] = store<S>(dv[e]);
   }
 }
 
 template <typename S, int D>
 __global__ void __launch_bounds__(kThreads) flash_dq_kernel(S* dqkv, const S* dout, const S* qkv, const float* lse,
                                                               const float* delta, int T, int C, int NH) {
-  extern __shared__ float smem[];
-  constexpr int P = D + 1;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  constexpr int P = D + 4;
   float* Qs = smem;
   float* Gs = Qs + kTile * P;  // dO
   float* Ks = Gs + kTile * P;
@@ -248,27 +272,19 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(S* dqkv, const S* do
     __syncthreads();
     float s[kPerThread], dp[kPerThread];
     for (int k = 0; k < kPerThread; ++k) s[k] = dp[k] = 0.0f;
-    for (int d = 0; d < D; ++d) {
-      const float qv = Qs[r * P + d], gv = Gs[r * P + d];
-      for (int k = 0; k < kPerThread; ++k) {
-        s[k] += qv * Ks[(c + 4 * k) * P + d];
-        dp[k] += gv * Vs[(c + 4 * k) * P + d];
-      }
-    }
+    dots<D>(s, Qs + r * P, Ks, c);
+    dots<D>(dp, Gs + r * P, Vs, c);
     for (int k = 0; k < kPerThread; ++k) {
       const int jj = c + 4 * k;
       const float p = k0 + jj <= i ? expf(s[k] * scale - Li) : 0.0f;
       Ps[r * kPStride + jj] = p * (dp[k] - Di);
     }
     __syncwarp();
-    for (int jj = 0; jj < kTile; ++jj) {
-      const float ds = Ps[r * kPStride + jj];
-      for (int e = 0; e < D / 4; ++e) dq[e] += ds * Ks[jj * P + c + 4 * e];
-    }
+    accumulate_rows<D>(dq, Ps + r * kPStride, Ks, c);
   }
   if (i >= T) return;
   S* dqrow = dqkv + (size_t(b) * T + i) * stride + size_t(h) * D;
-  for (int e = 0; e < D / 4; ++e) dqrow[c + 4 * e] = store<S>(dq[e] * scale);
+  for (int e = 0; e < D / 4; ++e) dqrow[col_of(c, e)] = store<S>(dq[e] * scale);
 }
 
 // Allows `kernel` the dynamic shared memory it needs (above the default 48 KiB); once per kernel.
