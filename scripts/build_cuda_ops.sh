@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds only the CUDA backend and its checks: loom_kernels (the CPU reference they compare
-# against), libloom_cuda.so, tests/test_cuda_ops and tests/bench_cuda_ops, into build-gpu/ (or
+# against), libloom_cuda.so, tests/test_cuda_ops, tests/test_cuda_flash_attention and
+# tests/bench_cuda_ops, into build-gpu/ (or
 # $LOOM_BUILD_DIR). Needs the CUDA toolkit, a C++ compiler with OpenMP, Eigen 3.4 and Catch2 2.x
 # (found the CMake way): no MPI, HDF5, yaml-cpp, CLI11 or OpenBLAS. For a bare GPU machine, make
 # a relocatable prefix of Eigen and Catch2 here, carry it there, and point this script at it:
@@ -8,7 +9,7 @@
 #   scripts/build_cuda_ops.sh --deps .devcarry/prefix            (there)
 # Architectures: $LOOM_CUDA_ARCHS, default 90 (H100; "80;90" is what the full build compiles).
 # Extra arguments go to cmake's configure step. Then:
-#   build-gpu/tests/test_cuda_ops
+#   build-gpu/tests/test_cuda_ops && build-gpu/tests/test_cuda_flash_attention
 #   compute-sanitizer --tool memcheck build-gpu/tests/test_cuda_ops
 #   build-gpu/tests/bench_cuda_ops && python3 scripts/torch_ops_bench.py
 set -euo pipefail
@@ -32,4 +33,5 @@ while [ $# -gt 0 ]; do
 done
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_TESTS=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=${LOOM_CUDA_ARCHS:-90}" ${cmake_args[@]+"${cmake_args[@]}"}
-cmake --build "$build" -j "$(nproc)" --target test_cuda_ops bench_cuda_ops compare_cuda_training
+cmake --build "$build" -j "$(nproc)" --target test_cuda_ops test_cuda_flash_attention bench_cuda_ops \
+  compare_cuda_training

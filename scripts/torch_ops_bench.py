@@ -49,10 +49,20 @@ def main():
     flops = 4 * B * NH * T * T * hs / 2
     row("attention_forward (fp32)", "B 8, NH 12, T 1024, hs 64",
         time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), 0, flops)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
+    go = torch.randn_like(o)
+    row("attention_backward (fp32)", "B 8, NH 12, T 1024, hs 64",
+        time_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), go, retain_graph=True)), 0, 2.5 * flops)
     qb, kb, vb = (t.bfloat16() for t in (q, k, v))
     with torch.backends.cuda.sdp_kernel(enable_flash=True, enable_math=False, enable_mem_efficient=False):
         row("attention_forward (bf16 flash)", "B 8, NH 12, T 1024, hs 64",
             time_ms(lambda: F.scaled_dot_product_attention(qb, kb, vb, is_causal=True)), 0, flops)
+        qbg, kbg, vbg = (t.clone().requires_grad_() for t in (qb, kb, vb))
+        ob = F.scaled_dot_product_attention(qbg, kbg, vbg, is_causal=True)
+        gob = torch.randn_like(ob)
+        row("attention_backward (bf16 flash)", "B 8, NH 12, T 1024, hs 64",
+            time_ms(lambda: torch.autograd.grad(ob, (qbg, kbg, vbg), gob, retain_graph=True)), 0, 2.5 * flops)
     logits = torch.randn(N, Vp, device=dev)
     tgt = torch.randint(0, 50257, (N,), device=dev)
     row("softmax_crossentropy", "N 8192 x Vp 50304", time_ms(lambda: F.cross_entropy(logits, tgt), 5),

@@ -8,12 +8,16 @@
 // Every sum runs in a fixed order in one warp: deterministic, no atomics. Head size <= 256.
 // qkv, out, dout and dqkv in the compute dtype (loaded to float); scores, the softmax, the
 // log-sum-exp (saved, fp32) and D (fp32 workspace) in fp32.
-// This is the correctness-first version; shared-memory tiling of K/V blocks (the flash speed)
-// is the next step once it can be measured on a GPU.
+// These row kernels are the fallback: head sizes 64 and 128 go to the tiled kernels of
+// flash_attention_fma.cu (the launchers below pick), unless LOOM_CUDA_ATTENTION=rowwise is set
+// in the environment (to compare the two, e.g. in tests/bench/bench_cuda_ops).
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace loom::cuda {
@@ -203,6 +207,15 @@ void check_head_size(int C, int NH) {
                              " is not supported (C must divide by NH, head size <= 256)");
 }
 
+// Whether the tiled kernels take a call of head size hs in dtype dt.
+bool use_flash(int hs, DType dt) {
+  static const bool rowwise = [] {
+    const char* v = std::getenv("LOOM_CUDA_ATTENTION");
+    return v && std::strcmp(v, "rowwise") == 0;
+  }();
+  return !rowwise && flash_attention_supported(hs, dt);
+}
+
 }  // namespace
 
 // `saved` is the log-sum-exp of each (b, h, t) row: B * NH * T floats, whatever the compute dtype.
@@ -212,6 +225,7 @@ void attention_forward(TypedPtr out, void* saved, ConstTypedPtr qkv, int B, int 
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
   float* lse = static_cast<float*>(saved);
+  if (use_flash(C / NH, dt)) return flash_attention_forward(out, lse, qkv, B, T, C, NH, ctx.stream);
   dispatch_act("attention_forward", dt, [&](auto tag) {
     using S = decltype(tag);
     attention_forward_kernel<<<blocks_for(rows, 4), 128, 0, ctx.stream>>>(act_mut<S>(out), lse, act<S>(qkv), B, T, C,
@@ -231,6 +245,8 @@ void attention_backward(TypedPtr dqkv, ConstTypedPtr dout, ConstTypedPtr qkv, Co
   if (ws.bytes < rows * sizeof(float)) throw std::runtime_error("attention_backward: workspace too small");
   float* delta = static_cast<float*>(ws.ptr);
   const float* lse = static_cast<const float*>(saved);
+  if (use_flash(C / NH, dt))
+    return flash_attention_backward(dqkv, dout, qkv, out, lse, delta, B, T, C, NH, stream);
   dispatch_act("attention_backward", dt, [&](auto tag) {
     using S = decltype(tag);
     attention_delta_kernel<<<blocks_for(rows, 4), 128, 0, stream>>>(delta, act<S>(dout), act<S>(out), B, T, C, NH);

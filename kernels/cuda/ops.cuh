@@ -14,7 +14,8 @@
 //   matmul             out, inp, w, bias, dout, dinp: Act (cuBLASLt, A/B in the compute dtype,
 //                      CUBLAS_COMPUTE_32F);  dw (C = D fp32, beta 1) and dbias: fp32, accumulated
 //   attention          qkv, out, dout, dqkv: Act;  saved = log-sum-exp (B,NH,T) fp32; scores,
-//                      softmax and the backward's row sums in fp32
+//                      softmax and the backward's row sums in fp32 (the bf16/fp16 tensor-core
+//                      kernels round P and dS to the compute dtype for their products)
 //   gelu, residual     all Act
 //   crossentropy (all) logits/dlogits: Act, read in place and overwritten in the same dtype;
 //                      losses, maxes, partials: fp32
@@ -79,7 +80,8 @@ class Context {
 //                 gradient by deterministic column sums.
 //   attention.cu  fused causal attention (online softmax; no T x T matrix in memory): `saved`
 //                 holds the log-sum-exp of each (b, h, t) row, B * NH * T floats (fp32 in
-//                 every compute dtype).
+//                 every compute dtype). Head sizes 64 and 128 go to the tiled kernels of
+//                 flash_attention_fma.cu / flash_attention_mma.cu (flash_attention.cuh).
 //   reduce.cu     sum and sum_squares in double over a fixed grid; they return the result, so
 //                 they synchronise the stream.
 

@@ -5,9 +5,10 @@
 // (so it builds on a bare GPU machine, next to test_cuda_ops). Not a test: run it by hand on a
 // GPU and read the table; the fp32 losses should agree to ~1e-5 relative at first and drift
 // apart only slowly (different summation orders), the bf16 ones stay within a few percent.
-//   build-gpu/tests/compare_cuda_training [text file, bytes as tokens] [steps] [full|lora|qlora]
+//   build-gpu/tests/compare_cuda_training [text file, bytes as tokens] [steps] [full|lora|qlora] [heads]
 // lora: rank-8 adapters on every linear layer with dropout 0.1, the base frozen (random); qlora:
-// the same with the base's block weights in NF4. Afterwards, the KV-cache decoder (`loom sample`'s)
+// the same with the base's block weights in NF4. heads: 4 by default (head size 32, the row
+// attention kernels); 2 gives head size 64, the tiled flash-attention kernels. Afterwards, the KV-cache decoder (`loom sample`'s)
 // on both backends from the same weights: its logits per step and its greedy tokens.
 #include <algorithm>
 #include <chrono>
@@ -91,7 +92,12 @@ int main(int argc, char** argv) {
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string mode = argc > 3 ? argv[3] : "full";
-  GptShape shape = GptShape::make(4, 4, 128, 257, 64);
+  const int heads = argc > 4 ? std::atoi(argv[4]) : 4;
+  if (heads <= 0 || 128 % heads != 0) {
+    std::printf("compare_cuda_training: heads must divide 128\n");
+    return 2;
+  }
+  GptShape shape = GptShape::make(4, heads, 128, 257, 64);
   if (mode == "lora" || mode == "qlora") {
     shape.lora.rank = 8;
     shape.lora.dropout = 0.1f;
@@ -103,8 +109,8 @@ int main(int argc, char** argv) {
     std::printf("compare_cuda_training: %s has too few bytes\n", path.c_str());
     return 2;
   }
-  std::printf("text %s: %zu bytes; L 4, NH 4, C 128, V 257, T 64, B 8; %d steps, lr 3e-3 warmup 20 cosine\n",
-              path.c_str(), text.size(), steps);
+  std::printf("text %s: %zu bytes; L 4, NH %d, C 128, V 257, T 64, B 8; %d steps, lr 3e-3 warmup 20 cosine\n",
+              path.c_str(), text.size(), heads, steps);
   const ParamTable table = gpt_param_table(shape);
   std::vector<float> init(table.total());
   init_params(table, shape, 1337, init.data());
