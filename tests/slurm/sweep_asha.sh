@@ -1,10 +1,10 @@
 # The ASHA sweep of tests/sweep/local_asha_vs_grid.sh (8 tiny trials, lr loguniform 1e-4..3e-2,
 # rungs 30, 90, 180) through a real one-node Slurm: every segment a batch job (slurm/
-# sweep_trial.sbatch, srun, 2 at a time). Mid-sweep the controller gets SIGTERM while a trial is
-# between rungs: it stops that job with `scancel --batch --signal=USR1` (loom saves a checkpoint
-# and exits 75, no requeue) and exits; started again, it resumes that trial from the checkpoint
-# the scancel left, promotes paused trials from theirs, and finishes with no step trained twice
-# and at most 45% of the grid's steps.
+# sweep_trial.sbatch, srun, 2 at a time). Mid-sweep the controller gets SIGTERM while a promoted
+# trial is between rungs: it stops that job with `scancel --batch --signal=USR1` (loom saves a
+# checkpoint and exits 75, no requeue) and exits; started again, it resumes that trial from the
+# checkpoint the scancel left, promotes paused trials from theirs, and finishes with no step
+# trained twice and at most 45% of the grid's steps.
 #   sweep_asha.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
 [ "$(id -u)" = 0 ] || { echo "SKIP: the test cluster's daemons need root"; exit 77; }
@@ -20,7 +20,9 @@ tiny_lr_sweep "$WORK/asha.yaml" "{kind: asha, min_steps: 30, eta: 3}" \
 out=$WORK/sweep
 scripts/sweep run "$WORK/asha.yaml" --out "$out" --loom "$LOOM" > "$WORK/run1.log" 2>&1 &
 pid=$!
-# SIGTERM once a trial is at least 5 steps past its last rung and 5 short of its next one.
+# SIGTERM once a promoted trial is at least 5 steps past its last rung and 40 short of its next
+# one (a first-rung segment of 30 steps is over in about a second, before the controller's poll,
+# squeue and scancel have gone round; 40 steps leave it 1.5 s or more).
 between_rungs() {
   /usr/bin/python3 - "$out" <<'PY'
 import json, sys
@@ -36,7 +38,7 @@ for t in trials:
         last = [json.loads(l) for l in open(f"{out}/trial_{t['id']}/run/metrics.jsonl")][-1]["step"] + 1
     except (OSError, ValueError, IndexError, KeyError):
         continue
-    if t["steps"] + 5 <= last <= t["target"] - 5:
+    if t["steps"] + 5 <= last <= t["target"] - 40:
         sys.exit(0)
 sys.exit(1)
 PY
