@@ -85,7 +85,7 @@ void Checkpointer::wait() {
 }
 
 double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, const StateHealth& health,
-                          const LossScaleState& loss_scale) {
+                          const LossScaleState& loss_scale, const NoiseScale::State& noise) {
   auto t0 = std::chrono::steady_clock::now();
   wait();
   // Host copies of this rank's parameters and full (un-sharded) Adam moments.
@@ -97,6 +97,7 @@ double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, con
   snap->data = data;
   snap->health = health;
   snap->loss_scale = loss_scale;
+  snap->noise = noise;
   const size_t n = model_.table().total();
   snap->params.resize(n);
   snap->m.resize(n);

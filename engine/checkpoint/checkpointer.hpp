@@ -26,6 +26,7 @@
 #include "engine/model/gpt.hpp"
 #include "engine/optim/distributed_optimizer.hpp"
 #include "engine/optim/loss_scaler.hpp"
+#include "engine/optim/noise_scale.hpp"
 #include "engine/util/dir_lock.hpp"
 #include "engine/util/host_buffer.hpp"
 #include "parallel/mpi_communicator.hpp"
@@ -58,6 +59,7 @@ struct ResumePoint {
   bool clean = true;        // the manifest's health.clean
   std::string last_clean;   // the newest clean checkpoint in checkpoint.dir ("" if none), rank 0
   LossScaleState loss_scale;  // fp16's loss scale when saved (scale 0: none recorded)
+  NoiseScale::State noise;    // the gradient noise scale's moving averages (n 0: none recorded)
 };
 
 // What the checkpointer uses of the recipe. The layout recorded in each manifest is the process
@@ -82,7 +84,7 @@ class Checkpointer {
   // (over its own communicator) while training continues; a second save first waits for the
   // first. Returns the seconds the caller was held up.
   double save(int64_t steps_done, const SavedDataPosition& data, const StateHealth& health,
-              const LossScaleState& loss_scale = {});
+              const LossScaleState& loss_scale = {}, const NoiseScale::State& noise = {});
   // Waits for a save in flight (rethrows its error). Collective in effect: every rank calls it.
   void wait();
   // Collective. Chooses the checkpoint per checkpoint.resume (auto: the one `latest` names, then
@@ -101,6 +103,7 @@ class Checkpointer {
     SavedDataPosition data;
     StateHealth health;
     LossScaleState loss_scale;
+    NoiseScale::State noise;
     HostBuffer<float> params, m, v;
   };
   // Collective over `world` (the world's ranks: the job's or the background writer's

@@ -97,6 +97,8 @@ struct LogConfig {
   bool tensorboard = true;   // TensorBoard event files in log.dir
   bool trace = false;        // Chrome trace per rank of log.trace_steps steps
   int64_t trace_steps = 3;   // traced steps, from the second step of the session
+  bool noise_scale = true;   // measure and log the gradient noise scale (B_simple)
+  double noise_ema = 0.95;   // its moving averages' decay per step
 };
 
 struct Recipe {

@@ -175,6 +175,28 @@ float* DistributedOptimizer::owned_grads() {
 
 void DistributedOptimizer::begin_step() {
   if (sharded_) sharded_->begin_step();
+  local_sq_ = 0;
+  counted_from_ = model_.table->total();
+}
+
+double DistributedOptimizer::counted_sum_squares(size_t begin, size_t end) {
+  if (sharded_) throw std::logic_error("counted_sum_squares: ZeRO-2/3 hold no whole gradient");
+  const bool tp_lead = groups_.coord().tp == 0;
+  double sum = 0;
+  for (const ParamInfo& p : model_.table->params()) {
+    const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo < hi && !p.tied_copy && (tp_lead || p.split != TpSplit::Replicated))
+      sum += be_.sum_squares(model_.grads + lo, hi - lo);
+  }
+  return sum;
+}
+
+// The noise scale's count of [from, counted_from_): called just before those gradients'
+// buckets can be launched (a reduction in place would change them).
+void DistributedOptimizer::count_local(size_t from) {
+  if (!measuring_ || from >= counted_from_) return;
+  local_sq_ += counted_sum_squares(from, counted_from_);
+  counted_from_ = from;
 }
 
 // bf16 reduction: rounds the gradients [from, converted_from_) that just became final into the
@@ -188,6 +210,7 @@ void DistributedOptimizer::convert_ready(size_t from) {
 void DistributedOptimizer::grads_ready_from(size_t offset) {
   if (!buckets_) return;  // ZeRO-2/3 reduce unit by unit (ShardedState)
   const size_t from = std::max(offset, tied_end_);
+  count_local(from);
   convert_ready(from);
   buckets_->grads_ready_from(from);
 }
@@ -200,6 +223,7 @@ double DistributedOptimizer::reduce_grads() {
     for (const ParamInfo& p : model_.table->params())
       if (p.tied) emb->all_reduce(model_.grads + p.offset, p.numel, parallel::ReduceOp::Sum);
   }
+  count_local(0);
   convert_ready(0);
   const double waited = buckets_->finish();
   if (reduce_buf_) {  // the bf16 sums back into fp32, where the norm and the update read them

@@ -78,6 +78,17 @@ class DistributedOptimizer {
   // The L2 norm of the whole reduced gradient, each element counted once (dp shards, tp
   // replicas, pipeline stages, tied copies); the same bits on every rank. After reduce_grads().
   double grad_norm();
+  // The gradient noise scale's small batch (engine/optim/noise_scale.hpp). With measure_local(),
+  // the squared norm of this rank's own gradient before the data-parallel reduction (after the
+  // tied copies' sum, each element of the replica counted once over tp and pp as grad_norm counts
+  // them) is taken range by range as backward hands the ranges over, before their buckets are
+  // launched; local_sq() after reduce_grads(). Zero 0 and 1 only: ZeRO-2/3 reduce every
+  // micro-batch's gradients as they come, so the rank's whole gradient never exists.
+  bool can_measure_local() const { return !sharded_; }
+  void measure_local(bool on) { measuring_ = on && !sharded_; }
+  double local_sq() const { return local_sq_; }
+  // That count over flat elements [begin, end) of the gradient buffer as it is now (zero 0/1).
+  double counted_sum_squares(size_t begin, size_t end);
   // Clips to optim.grad_clip given the norm, applies AdamW to the owned elements with learning
   // rate `lr` (t: the 1-based update count) and gives every dp rank the updated parameters.
   // `grad_scale`: the factor the gradients carry (fp16's loss scale; grad_norm is already divided
@@ -138,6 +149,9 @@ class DistributedOptimizer {
 
  private:
   Backend& be_;
+  bool measuring_ = false;   // measure_local()
+  double local_sq_ = 0;      // this step's count so far
+  size_t counted_from_ = 0;  // [counted_from_, total) counted this step (backward goes downwards)
   ModelBuffers model_;
   parallel::ProcessGroups& groups_;
   int zero_;
@@ -159,6 +173,7 @@ class DistributedOptimizer {
   size_t reduce_bytes_ = 0;
   std::vector<void*> owned_;  // backend memory this object allocated
   void convert_ready(size_t from);
+  void count_local(size_t from);
   void make_buckets();  // zero 0/1: plan_, buckets_ and the bf16 buffers at bucket_elems_
   void* alloc_owned(DType t, size_t n);
   void release_owned(void* p);

@@ -27,6 +27,7 @@ void add_comm_fields(const parallel::CommVolume& v, std::vector<std::pair<std::s
 std::string tensorboard_tag(const std::string& key) {
   if (key == "loss" || key == "val_loss") return "loss/" + key;
   if (key.rfind("comm_", 0) == 0 && key != "comm_wait_ms") return "comm/" + key.substr(5);
+  if (key == "b_simple" || key == "grad_norm_small") return "noise/" + key;
   return "perf/" + key;
 }
 }  // namespace
@@ -67,6 +68,8 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
   if (timed) fields.insert(fields.end(), {{"grad_reduce_ms", s.grad_reduce_s * 1e3}, {"grad_reduce_hidden", hidden}});
   if (s.comm.total_calls() > 0) add_comm_fields(s.comm, fields);
   if (s.loss_scale > 0) fields.emplace_back("loss_scale", s.loss_scale);
+  if (s.grad_norm_small >= 0) fields.emplace_back("grad_norm_small", s.grad_norm_small);
+  if (s.b_simple >= 0) fields.emplace_back("b_simple", s.b_simple);
   if (s.skipped) fields.emplace_back("skipped", 1);
   metrics_->write(fields);
   if (tensorboard_) {
@@ -79,7 +82,8 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - rates_.started).count();
   const double per_step = elapsed / double(s.step + 1 - rates_.start_step);
   const double eta_s = per_step * double(rates_.total_steps - s.step - 1);
-  char val[32] = "", eta[32], reduce[64] = "";
+  char val[32] = "", eta[32], reduce[64] = "", noise[48] = "";
+  if (s.b_simple >= 0) std::snprintf(noise, sizeof noise, " | B_simple %.0f", s.b_simple);
   if (timed) std::snprintf(reduce, sizeof reduce, " of %.1f ms reduction (%.0f%% hidden)", s.grad_reduce_s * 1e3, 100 * hidden);
   if (s.val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", s.val_loss);
   if (eta_s >= 3600)
@@ -87,10 +91,10 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
   else
     std::snprintf(eta, sizeof eta, "%dm%02ds", int(eta_s / 60), int(eta_s) % 60);
   std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms | "
-              "data wait %.1f ms | comm wait %.1f ms%s | mem %.0f MB | slowest rank %d +%.0f ms | ETA %s%s\n",
+              "data wait %.1f ms | comm wait %.1f ms%s | mem %.0f MB | slowest rank %d +%.0f ms%s | ETA %s%s\n",
               (long long)s.step + 1, (long long)rates_.total_steps, s.loss, val, s.lr, s.grad_norm, tok_s, 100 * mfu,
               s.step_s * 1e3, s.data_wait_s * 1e3, s.comm_wait_s * 1e3, reduce, h.rss_mb, h.slowest_rank,
-              h.slowest_ms - h.median_ms, eta, s.skipped ? " | SKIPPED (non-finite)" : "");
+              h.slowest_ms - h.median_ms, noise, eta, s.skipped ? " | SKIPPED (non-finite)" : "");
   std::fflush(stdout);
 }
 

@@ -29,6 +29,8 @@ struct StepRecord {
   parallel::CommVolume comm{};
   double backward_s = 0;      // the last micro-batch's backward (what the zero 0/1 buckets overlap)
   double grad_reduce_s = -1;  // the dp gradient reductions' own run time (< 0: untimed, or dp 1: not logged)
+  double grad_norm_small = -1;  // the noise scale's small-batch gradient norm (< 0: not measured)
+  double b_simple = -1;         // the smoothed noise scale, in sequences (< 0: not yet defined)
 };
 
 // What the logger derives throughput and the ETA from.

@@ -11,7 +11,15 @@ namespace loom {
 
 TrainStep::TrainStep(Gpt& model, DistributedOptimizer& optim, parallel::ProcessGroups& groups, TraceRecorder& trace,
                      StepShape shape, LossScaler& scaler)
-    : model_(model), optim_(optim), groups_(groups), trace_(trace), s_(shape), scaler_(scaler) {}
+    : model_(model), optim_(optim), groups_(groups), trace_(trace), s_(shape), scaler_(scaler) {
+  if (!s_.noise_scale || !optim_.can_measure_local()) return;
+  if (groups_.layout().dp >= 2)
+    small_ = SmallBatch::DpReplica;
+  else if (groups_.layout().pp == 1 && s_.micro_steps >= 2)
+    small_ = SmallBatch::FirstMicro;  // (with pipeline stages the first micro-batch's tied embedding
+                                      // gradient would be split over two ranks)
+  optim_.measure_local(small_ == SmallBatch::DpReplica);
+}
 
 StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poison_grads, bool overflow_grads) {
   const int B = s_.micro_batch, T = s_.seq_len, accum = s_.micro_steps;
@@ -42,13 +50,15 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
     model.set_dropout_seed(i % slots, splitmix64(s_.seed ^ splitmix64(uint64_t(t) * 0x100000000ull + micro)));
     loss += model.forward(i % slots, batch.tokens.data() + off, batch.targets.data() + off, dloss);
   };
-  double backward_s = 0;
+  double backward_s = 0, small_local = 0;
   work.backward = [&](int i) {
     TraceRecorder::Span span(&trace_, "backward", "compute", i);
     model.set_hooks(i + 1 == accum && s_.overlap_grad_reduce ? overlap : ModelHooks{});
     const auto t0 = std::chrono::steady_clock::now();
     model.backward(i % slots);
     if (i + 1 == accum) backward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The buffer holds the first micro-batch's gradient alone until the second backward adds to it.
+    if (i == 0 && small_ == SmallBatch::FirstMicro) small_local = optim_.counted_sum_squares(0, model.table().total());
   };
   work.input = [&](int i) { return model.input(i % slots); };
   work.output = [&](int i) { return model.output(i % slots); };
@@ -68,6 +78,17 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
     r.comm_wait_s = optim_.reduce_grads();
     r.reduce_s = optim_.reduce_seconds();
     r.backward_s = backward_s;
+  }
+  if (small_ != SmallBatch::None) {
+    // Each rank's gradient carries 1/(global tokens) per token: the small batch's mean gradient is
+    // it times global / small (dp, or the micro-batches per step), and fp16's loss scale comes off.
+    TraceRecorder::Span span(&trace_, "noise scale norm", "communication");
+    if (small_ == SmallBatch::DpReplica) small_local = optim_.local_sq();
+    double sq = groups_.tp().sum_ordered(groups_.pp().sum_ordered(small_local));
+    const double ratio = small_ == SmallBatch::DpReplica ? double(groups_.layout().dp) : double(accum);
+    if (small_ == SmallBatch::DpReplica) sq = groups_.dp().sum_ordered(sq) / groups_.layout().dp;
+    r.small_sq = sq * ratio * ratio / (scale * scale);
+    r.b_small = double(s_.global_batch) / ratio;
   }
   if (poison_grads) optim_.poison_grads();
   {

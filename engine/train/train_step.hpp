@@ -24,6 +24,9 @@ struct StepResult {
   bool skipped = false;    // non-finite loss or norm: no update (the batch is consumed, as in Megatron)
   bool overflow = false;   // fp16: the scaled gradients overflowed (skipped; the loss scale backed off)
   double loss_scale = 1;   // the loss scale this step used (1 without fp16)
+  // The noise scale's small batch (noise_scale.hpp): |G_small|^2 of a batch of b_small sequences,
+  // unscaled, the same on every rank; b_small 0: not measured.
+  double small_sq = 0, b_small = 0;
 };
 
 // The shape of a step: what the loop's recipe sections say about it.
@@ -33,6 +36,14 @@ struct StepShape {
   int64_t global_batch = 1;         // sequences per step over all dp ranks
   bool overlap_grad_reduce = true;  // parallel.overlap_grad_reduce
   uint64_t seed = 0;                // train.seed: LoRA dropout's masks derive from it
+  bool noise_scale = true;          // log.noise_scale: measure the small-batch gradient norm
+};
+
+// Which small batch the noise scale compares the global batch with.
+enum class SmallBatch {
+  None,        // not measured: log.noise_scale off, ZeRO-2/3, or a single rank with nothing smaller
+  DpReplica,   // dp >= 2: each dp rank's own gradient before the reduction (global batch / dp)
+  FirstMicro,  // dp 1, one pipeline stage, accumulation: the first micro-batch's gradient
 };
 
 class TrainStep {
@@ -45,6 +56,7 @@ class TrainStep {
   // scaler's tests).
   StepResult run(const StepBatch& batch, int64_t t, double lr, bool poison_grads = false,
                  bool overflow_grads = false);
+  SmallBatch small_batch() const { return small_; }
 
  private:
   Gpt& model_;
@@ -53,6 +65,7 @@ class TrainStep {
   TraceRecorder& trace_;
   StepShape s_;
   LossScaler& scaler_;
+  SmallBatch small_ = SmallBatch::None;
 };
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -73,13 +74,18 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   step_ = std::make_unique<TrainStep>(
       *model_, *optim_, groups, trace_,
       StepShape{r_.train.micro_batch, m.seq_len, m.d_model, r_.grad_accum(), r_.global_batch_resolved(),
-                r_.parallel.overlap_grad_reduce, r_.train.seed},
+                r_.parallel.overlap_grad_reduce, r_.train.seed, r_.log.noise_scale},
       *scaler_);
+  noise_ = NoiseScale(r_.log.noise_ema);
+  if (rank_ == 0 && r_.log.noise_scale && step_->small_batch() == SmallBatch::None)
+    std::printf("loom: note: log.noise_scale: the gradient noise scale is not measured here (it needs zero 0 or 1 "
+                "and either dp >= 2 or, on one rank without pipeline stages, gradient accumulation)\n");
   schedule_ = LrSchedule{r_.optim.lr, r_.optim.min_lr, r_.optim.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
   checkpointer_ = std::make_unique<Checkpointer>(checkpoint_setup(r_), groups, *model_, *optim_);
   resumed_ = checkpointer_->resume();
   scaler_->restore(resumed_.loss_scale);
+  noise_.restore(resumed_.noise);
   data_now_ = DataNow{uint64_t(r_.train.seed), int64_t(r_.global_batch_resolved()),
                       int64_t(SampleIndex(train.shards, m.seq_len).size())};
   LoaderState start;
@@ -305,6 +311,11 @@ TrainSummary Trainer::run() {
     if (r_.parallel.dp > 1) rec.grad_reduce_s = res.reduce_s;
     rec.loss_scale = scaler_->enabled() ? res.loss_scale : 0;
     rec.comm = comm;
+    if (res.b_small > 0) {
+      if (!res.skipped) noise_.add(res.small_sq, res.b_small, res.grad_norm * res.grad_norm, double(r_.global_batch_resolved()));
+      rec.grad_norm_small = std::sqrt(res.small_sq);
+      rec.b_simple = noise_.b_simple();
+    }
     if (!val_batches_.empty() && !guard.too_many_bad() && due(r_.log.eval_every, done, last)) {
       TraceRecorder::Span span(&trace_, "evaluation", "compute");
       rec.val_loss = summary.final_val_loss = evaluate(*model_, groups_, val_batches_, layout_.micro_steps);
@@ -348,7 +359,8 @@ double Trainer::save_checkpoint(int64_t done, const TrainSummary& summary, int64
   TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
   const SavedDataPosition data{train_data_->state(), data_now_.seed, true, data_now_.global_batch,
                                data_now_.samples_per_epoch};
-  return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step}, scaler_->state());
+  return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step}, scaler_->state(),
+                             noise_.state());
 }
 
 void Trainer::fail_non_finite(int64_t done, const RunGuard& guard) {

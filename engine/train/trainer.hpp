@@ -23,6 +23,7 @@
 #include "engine/model/gpt.hpp"
 #include "engine/optim/distributed_optimizer.hpp"
 #include "engine/optim/lr_schedule.hpp"
+#include "engine/optim/noise_scale.hpp"
 #include "engine/train/fault_injection.hpp"
 #include "engine/train/rank_reports.hpp"
 #include "engine/train/run_guard.hpp"
@@ -92,6 +93,7 @@ class Trainer {
   std::unique_ptr<DistributedOptimizer> optim_;
   std::unique_ptr<TrainStep> step_;
   DType compute_ = DType::f32;           // train.precision
+  NoiseScale noise_;                     // the gradient noise scale's moving averages
   std::unique_ptr<LossScaler> scaler_;   // fp16's dynamic loss scale (disabled otherwise)
   std::unique_ptr<RankReports> reports_;
   std::unique_ptr<StepLogger> logger_;      // rank 0
