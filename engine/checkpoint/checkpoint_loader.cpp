@@ -162,6 +162,9 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   at.health.first_bad_step = h.first_bad_step;
   if (man.contains("loss_scale"))
     at.loss_scale = {man["loss_scale"].value("scale", 0.0), man["loss_scale"].value("good_steps", int64_t(0))};
+  if (man.contains("layout") && man["layout"].is_object())
+    at.layout = {man["layout"].value("tp", 0), man["layout"].value("pp", 0), man["layout"].value("dp", 0),
+                 man["layout"].value("zero", 0)};
   if (man.contains("noise_scale"))
     at.noise = {man["noise_scale"].value("grad_sq", 0.0), man["noise_scale"].value("trace", 0.0),
                 man["noise_scale"].value("count", int64_t(0))};

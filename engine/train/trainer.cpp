@@ -104,6 +104,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
         r_.log, LogRates{tokens, model_->shape().flops_per_token(), peak_flops_ * groups.layout().world(),
                          resumed_.steps_done, r_.train.steps, started_});
     start_run_record(command, hosts);
+    note_resize();
     logger_->start_tensorboard();
   }
   reports_ = std::make_unique<RankReports>(groups, backend_->name() == "cuda", backend_->device_pci_bus_id());
@@ -196,6 +197,26 @@ void Trainer::start_run_record(const std::string& command, const std::vector<std
   info.start_step = resumed_.steps_done;
   info.resumed_from = resumed_.path;
   run_record_ = std::make_unique<RunRecord>(r_.log.dir, info);
+}
+
+// An elastic resume: the checkpoint was saved under another process grid (a requeue onto fewer
+// or more nodes). The global batch stays the recipe's (the accumulation absorbs the new dp; the
+// data position counts samples), and the session's entry in run.json records the resize.
+void Trainer::note_resize() {
+  const auto& was = resumed_.layout;
+  const auto& p = r_.parallel;
+  if (resumed_.path.empty() || was.dp <= 0 || (was.tp == p.tp && was.pp == p.pp && was.dp == p.dp)) return;
+  const int world_was = was.tp * was.pp * was.dp;
+  std::printf("loom: elastic resume: the checkpoint was saved by %d ranks (tp %d, pp %d, dp %d); this run has %d "
+              "(tp %d, pp %d, dp %d, %d micro-batches of %d per rank per step): the global batch stays %lld\n",
+              world_was, was.tp, was.pp, was.dp, r_.world, p.tp, p.pp, p.dp, r_.grad_accum(), r_.train.micro_batch,
+              (long long)r_.global_batch_resolved());
+  record_in_run_json("resized", {{"from", {{"world", world_was}, {"tp", was.tp}, {"pp", was.pp}, {"dp", was.dp},
+                                           {"zero", was.zero}}},
+                                 {"to", {{"world", r_.world}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp},
+                                         {"zero", p.zero}, {"grad_accum", r_.grad_accum()}}},
+                                 {"global_batch", r_.global_batch_resolved()},
+                                 {"at_step", resumed_.steps_done}});
 }
 
 // A report in run.json is worth a warning, not the run: only rank 0 writes, and a throw here would

@@ -68,6 +68,7 @@ class Trainer {
  private:
   std::vector<float> build_model(const std::vector<std::string>& hosts);  // returns the initial parameters
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
+  void note_resize();  // rank 0: says and records an elastic resume (another process grid)
   bool due(int64_t every, int64_t done, bool last) const { return (every > 0 && done % every == 0) || last; }
   double save_checkpoint(int64_t done, const TrainSummary& summary, int64_t first_bad_step);
   // parallel.bucket_mb auto: probes the dp link and re-plans the buckets (collective; rank 0 logs).
