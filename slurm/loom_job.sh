@@ -70,6 +70,21 @@ loom_default_tp() {
   echo 1
 }
 
+# The tasks this allocation holds: the sum of SLURM_TASKS_PER_NODE ("8(x3),4" -> 28); empty
+# outside Slurm.
+loom_allocated_tasks() {
+  local spec=${SLURM_TASKS_PER_NODE:-} total=0 part n reps
+  [ -n "$spec" ] || return 0
+  IFS=, read -ra parts <<< "$spec"
+  for part in "${parts[@]}"; do
+    n=${part%%(*}
+    reps=1
+    [[ "$part" == *"(x"* ]] && { reps=${part#*(x}; reps=${reps%)}; }
+    total=$(( total + n * reps ))
+  done
+  echo "$total"
+}
+
 # Runs `loom train` under the launcher in the background, forwards SIGUSR1/SIGTERM (Slurm's
 # warning before the time limit, preemption) to it, waits, and on exit status 75 (stopped early
 # with a checkpoint) requeues the job, which then resumes from that checkpoint.
@@ -79,8 +94,13 @@ loom_train() {
     # mpirun inside the allocation: it reads the node list and slots from Slurm itself.
     launch=(mpirun --bind-to "${MPIRUN_BIND:-core}" --map-by "${MPIRUN_MAP:-slot:PE=${SLURM_CPUS_PER_TASK:-1}}")
   else
-    # srun: one task per GPU; --kill-on-bad-exit takes the whole step down if one rank dies.
+    # srun: one task per GPU; --kill-on-bad-exit takes the whole step down if one rank dies. The
+    # task count is this allocation's (SLURM_TASKS_PER_NODE, e.g. "8(x3)"), not the submission's
+    # SLURM_NTASKS, which a requeued job keeps even when it restarts on fewer nodes or tasks.
     launch=(srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind="${SRUN_CPU_BIND:-cores}")
+    local tasks
+    tasks=$(loom_allocated_tasks)
+    [ -n "$tasks" ] && launch+=(--ntasks="$tasks")
   fi
   local pid="" rc
   # The batch shell gets the signal (#SBATCH --signal=B:USR1@N); the launcher forwards it to

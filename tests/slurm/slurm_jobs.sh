@@ -5,7 +5,11 @@
 #  2. a job signalled mid-run (SIGUSR1 to the batch shell, what --signal=B:USR1@N does before
 #     the time limit) checkpoints, exits 75, requeues itself, resumes, and finishes with the
 #     same losses as an uninterrupted run, bit for bit;
-#  3. a 3-trial sweep runs as a job array (at most 2 at once) and `scripts/sweep summary` ranks it.
+#  3. a 3-trial sweep runs as a job array (at most 2 at once) and `scripts/sweep summary` ranks it;
+#  4. elastic: a 2-task job (slurm/loom_job.sh, --ntasks=2) is signalled, and while it waits to be
+#     requeued it is shrunk to 1 task (scontrol update NumTasks=1): it restarts as one rank,
+#     resumes the dp-2 checkpoint with the global batch kept (4 micro-batches instead of 2) and
+#     finishes; run.json records both sessions and the resize.
 #   slurm_jobs.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
 [ "$(id -u)" = 0 ] || { echo "SKIP: the test cluster's daemons need root"; exit 77; }
@@ -79,5 +83,33 @@ import sys
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:]]
 vals = [float(r[2]) for r in rows]
 assert len(vals) == 3 and vals == sorted(vals), f"not ranked by val_loss: {vals}"
+PY
+
+# 4. Elastic: requeued onto fewer tasks. (The templates ask for --ntasks-per-node, which a pending
+# job's NumTasks update cannot go below; a job sized by --ntasks can be shrunk.)
+printf '#!/bin/bash\n#SBATCH --requeue\n#SBATCH --open-mode=append\nsource "${SLURM_SUBMIT_DIR:-.}/slurm/loom_job.sh"\nloom_setup\nloom_train\n' \
+  > "$WORK/elastic.sbatch"
+job=$(submit --ntasks=2 --cpus-per-task=1 --time=10 --output="$WORK/t4.out" \
+        --export=ALL,RECIPE=configs/tiny.yaml,TP=1,RUN_DIR="$WORK/t4",OVERRIDES="--set train.steps=60 $tiny" \
+        "$WORK/elastic.sbatch")
+for _ in $(seq 600); do
+  [ -f "$WORK/t4/metrics.jsonl" ] && [ "$(wc -l < "$WORK/t4/metrics.jsonl")" -ge 20 ] && break; sleep 0.1
+done
+scancel --batch --signal=USR1 "$job"
+for _ in $(seq 300); do [ "$(squeue -h -j "$job" -o %T)" = PENDING ] && break; sleep 0.1; done
+[ "$(squeue -h -j "$job" -o %T)" = PENDING ] || { cat "$WORK/t4.out"; fail "4: the job did not requeue"; }
+scontrol update JobId="$job" NumTasks=1 || fail "4: scontrol update NumTasks=1 failed"
+slurm_wait "$job" 120 || { cat "$WORK/t4.out"; fail "4: job $job did not finish after the requeue"; }
+grep "elastic resume" "$WORK/t4.out" || { cat "$WORK/t4.out"; fail "4: the requeued job did not resume on one rank"; }
+python3 - "$WORK/t4" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl") if '"step"' in l]
+assert [r["step"] for r in rows] == list(range(60)), "steps missing or duplicated"
+s = json.load(open(f"{sys.argv[1]}/run.json"))["sessions"]
+assert [len(x["ranks"]) for x in s] == [2, 1] and [x["exit_status"] for x in s] == [75, 0], s
+rz = s[1]["resized"]
+assert rz["from"]["dp"] == 2 and rz["to"]["dp"] == 1 and rz["to"]["grad_accum"] == 4 and rz["global_batch"] == 32, rz
+print(f"4. requeued from 2 ranks onto 1 at step {rz['at_step']}: accumulation 2 -> 4, global batch 32, "
+      f"final loss {rows[-1]['loss']:.4f}")
 PY
 echo PASS
