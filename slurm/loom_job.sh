@@ -74,12 +74,15 @@ loom_default_tp() {
 # outside Slurm.
 loom_allocated_tasks() {
   local spec=${SLURM_TASKS_PER_NODE:-} total=0 part n reps
+  local -a parts
   [ -n "$spec" ] || return 0
   IFS=, read -ra parts <<< "$spec"
   for part in "${parts[@]}"; do
     n=${part%%(*}
     reps=1
     [[ "$part" == *"(x"* ]] && { reps=${part#*(x}; reps=${reps%)}; }
+    # Anything else than "N" or "N(xM)": leave the task count to srun.
+    [[ "$n" =~ ^[0-9]+$ && "$reps" =~ ^[0-9]+$ ]] || return 0
     total=$(( total + n * reps ))
   done
   echo "$total"

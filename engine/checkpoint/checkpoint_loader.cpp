@@ -167,7 +167,7 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
                  man["layout"].value("zero", 0)};
   if (man.contains("noise_scale"))
     at.noise = {man["noise_scale"].value("grad_sq", 0.0), man["noise_scale"].value("trace", 0.0),
-                man["noise_scale"].value("count", int64_t(0))};
+                man["noise_scale"].value("weight", 0.0), man["noise_scale"].value("count", int64_t(0))};
   parallel::barrier_unwatched(world);  // the time below is the slowest rank's
   if (rank0) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

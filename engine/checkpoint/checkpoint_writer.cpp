@@ -184,7 +184,8 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
       // The gradient noise scale's moving averages (raw, not bias-corrected), so a resumed run's
       // B_simple goes on from them (absent where it is not measured).
       if (snap.noise.n > 0)
-        man["noise_scale"] = {{"grad_sq", snap.noise.g2}, {"trace", snap.noise.tr}, {"count", snap.noise.n}};
+        man["noise_scale"] = {{"grad_sq", snap.noise.g2}, {"trace", snap.noise.tr}, {"weight", snap.noise.weight},
+                              {"count", snap.noise.n}};
       write_file_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
       if (fs::exists(final_dir)) {
         // A checkpoint of the same step from an earlier history (this run resumed from an older

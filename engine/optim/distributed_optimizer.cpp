@@ -182,12 +182,20 @@ void DistributedOptimizer::begin_step() {
 double DistributedOptimizer::counted_sum_squares(size_t begin, size_t end) {
   if (sharded_) throw std::logic_error("counted_sum_squares: ZeRO-2/3 hold no whole gradient");
   const bool tp_lead = groups_.coord().tp == 0;
+  // One sum_squares per contiguous run of counted elements (each call returns a host scalar: on
+  // CUDA a synchronisation, which per tensor would stall backward's launches).
   double sum = 0;
+  size_t run_lo = 0, run_hi = 0;
   for (const ParamInfo& p : model_.table->params()) {
     const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
-    if (lo < hi && !p.tied_copy && (tp_lead || p.split != TpSplit::Replicated))
-      sum += be_.sum_squares(model_.grads + lo, hi - lo);
+    if (lo >= hi || p.tied_copy || (!tp_lead && p.split == TpSplit::Replicated)) continue;
+    if (lo != run_hi) {
+      if (run_hi > run_lo) sum += be_.sum_squares(model_.grads + run_lo, run_hi - run_lo);
+      run_lo = lo;
+    }
+    run_hi = hi;
   }
+  if (run_hi > run_lo) sum += be_.sum_squares(model_.grads + run_lo, run_hi - run_lo);
   return sum;
 }
 

@@ -16,12 +16,19 @@ void NoiseScale::add(double small_sq, double b_small, double big_sq, double b_bi
   const double tr = (small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big);
   g2_ = decay_ * g2_ + (1 - decay_) * g2;
   tr_ = decay_ * tr_ + (1 - decay_) * tr;
+  w_ = decay_ * w_ + (1 - decay_);
   ++n_;
 }
 
-double NoiseScale::grad_sq() const { return n_ ? g2_ / (1 - std::pow(decay_, double(n_))) : 0; }
+void NoiseScale::restore(const State& s) {
+  g2_ = s.g2, tr_ = s.tr, n_ = s.n;
+  // A state saved without its weight: the weight of n steps at this decay.
+  w_ = s.weight > 0 ? s.weight : (s.n > 0 ? 1 - std::pow(decay_, double(s.n)) : 0);
+}
 
-double NoiseScale::trace() const { return n_ ? tr_ / (1 - std::pow(decay_, double(n_))) : 0; }
+double NoiseScale::grad_sq() const { return w_ > 0 ? g2_ / w_ : 0; }
+
+double NoiseScale::trace() const { return w_ > 0 ? tr_ / w_ : 0; }
 
 double NoiseScale::b_simple() const {
   const double g2 = grad_sq();

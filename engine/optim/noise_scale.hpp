@@ -32,16 +32,18 @@ class NoiseScale {
   double b_simple() const;
   int64_t count() const { return n_; }
 
-  // For checkpoints: the raw (not bias-corrected) averages and the count.
+  // For checkpoints: the raw (not bias-corrected) averages, the weight they carry (the bias
+  // correction: 1 - decay^n at a fixed decay; kept as a sum, so a resume with another decay goes
+  // on correctly) and the count.
   struct State {
-    double g2 = 0, tr = 0;
+    double g2 = 0, tr = 0, weight = 0;
     int64_t n = 0;
   };
-  State state() const { return {g2_, tr_, n_}; }
-  void restore(const State& s) { g2_ = s.g2, tr_ = s.tr, n_ = s.n; }
+  State state() const { return {g2_, tr_, w_, n_}; }
+  void restore(const State& s);
 
  private:
-  double decay_, g2_ = 0, tr_ = 0;
+  double decay_, g2_ = 0, tr_ = 0, w_ = 0;
   int64_t n_ = 0;
 };
 

@@ -79,7 +79,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   noise_ = NoiseScale(r_.log.noise_ema);
   if (rank_ == 0 && r_.log.noise_scale && step_->small_batch() == SmallBatch::None)
     std::printf("loom: note: log.noise_scale: the gradient noise scale is not measured here (it needs zero 0 or 1 "
-                "and either dp >= 2 or, on one rank without pipeline stages, gradient accumulation)\n");
+                "and either dp >= 2 or, at dp 1 without pipeline stages, gradient accumulation)\n");
   schedule_ = LrSchedule{r_.optim.lr, r_.optim.min_lr, r_.optim.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
   checkpointer_ = std::make_unique<Checkpointer>(checkpoint_setup(r_), groups, *model_, *optim_);
@@ -207,15 +207,22 @@ void Trainer::note_resize() {
   const auto& p = r_.parallel;
   if (resumed_.path.empty() || was.dp <= 0 || (was.tp == p.tp && was.pp == p.pp && was.dp == p.dp)) return;
   const int world_was = was.tp * was.pp * was.dp;
+  // train.global_batch auto (micro_batch x dp) changes with dp: say so rather than that it stays.
+  const int64_t gb = r_.global_batch_resolved(), gb_was = resumed_.data.global_batch > 0 ? resumed_.data.global_batch : gb;
+  char batch[96];
+  if (gb_was == gb)
+    std::snprintf(batch, sizeof batch, "the global batch stays %lld", (long long)gb);
+  else
+    std::snprintf(batch, sizeof batch, "the global batch changes from %lld to %lld", (long long)gb_was, (long long)gb);
   std::printf("loom: elastic resume: the checkpoint was saved by %d ranks (tp %d, pp %d, dp %d); this run has %d "
-              "(tp %d, pp %d, dp %d, %d micro-batches of %d per rank per step): the global batch stays %lld\n",
+              "(tp %d, pp %d, dp %d, %d micro-batches of %d per rank per step): %s\n",
               world_was, was.tp, was.pp, was.dp, r_.world, p.tp, p.pp, p.dp, r_.grad_accum(), r_.train.micro_batch,
-              (long long)r_.global_batch_resolved());
+              batch);
   record_in_run_json("resized", {{"from", {{"world", world_was}, {"tp", was.tp}, {"pp", was.pp}, {"dp", was.dp},
-                                           {"zero", was.zero}}},
+                                           {"zero", was.zero}, {"global_batch", gb_was}}},
                                  {"to", {{"world", r_.world}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp},
-                                         {"zero", p.zero}, {"grad_accum", r_.grad_accum()}}},
-                                 {"global_batch", r_.global_batch_resolved()},
+                                         {"zero", p.zero}, {"grad_accum", r_.grad_accum()}, {"global_batch", gb}}},
+                                 {"global_batch", gb},
                                  {"at_step", resumed_.steps_done}});
 }
 

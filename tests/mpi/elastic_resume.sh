@@ -2,7 +2,8 @@
 # 48) resumes on 2 ranks (dp 2, 6 micro-batches) and on 3 (dp 3, 4 micro-batches): the global batch
 # and the data stream stay the same, so the loss goes on as in the uninterrupted 4-rank run, within
 # 1e-5 relative at every step (the dp split changes only the order of the sums); each resumed
-# session says so and records the resize in run.json. A world the global batch cannot be split
+# session says so and records the resize in run.json. With train.global_batch auto (micro_batch x
+# dp) the batch does change, and the message says so. A world the global batch cannot be split
 # over (5 ranks) is refused, naming the keys.
 #   elastic_resume.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
@@ -22,6 +23,14 @@ for np in 2 3; do
     --set checkpoint.dir="$WORK/ck_on$np" > "$WORK/resume$np.out" 2>&1 || { cat "$WORK/resume$np.out"; fail "resume on $np ranks failed"; }
   grep "elastic resume" "$WORK/resume$np.out" || { cat "$WORK/resume$np.out"; fail "no elastic resume message on $np ranks"; }
 done
+# train.global_batch auto (micro_batch x dp) is not kept: the message says it changes.
+for np in 2 1; do
+  mpi -np $np "$LOOM" train configs/tiny.yaml --set train.global_batch=auto --set train.steps=8 --set log.eval_every=0 \
+    --set log.dir="$WORK/auto" --set checkpoint.dir="$WORK/ck_auto" --set train.stop_at_step=$(( np == 2 ? 4 : 0 )) \
+    > "$WORK/auto$np.out" 2>&1 || { cat "$WORK/auto$np.out"; fail "global batch auto on $np ranks failed"; }
+done
+grep "elastic resume" "$WORK/auto1.out" | grep -q "the global batch changes from 16 to 8" ||
+  { cat "$WORK/auto1.out"; fail "an automatic global batch that changed with dp is not said to change"; }
 if mpi -np 5 "$LOOM" train configs/tiny.yaml "${common[@]}" --set log.dir="$WORK/run5" --set checkpoint.dir="$WORK/ck4" \
   > "$WORK/resume5.out" 2>&1; then fail "5 ranks (global batch 48 over dp 5) were accepted"; fi
 grep -q "train.global_batch" "$WORK/resume5.out" || { cat "$WORK/resume5.out"; fail "the refusal does not name train.global_batch"; }

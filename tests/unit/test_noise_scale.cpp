@@ -31,6 +31,18 @@ TEST_CASE("noise scale from exact expectations", "[noise_scale]") {
   NoiseScale copy;
   copy.restore(ns.state());
   CHECK(copy.b_simple() == ns.b_simple());
+  // Resumed with another decay: the averages carry their weight, so more steps of the same
+  // expectations still give them back (dividing by 1 - decay^n of the new decay would not).
+  NoiseScale other(0.5);
+  other.restore(ns.state());
+  other.add(g2 + tr / 8, 8, g2 + tr / 32, 32);
+  CHECK(other.grad_sq() == Approx(g2).epsilon(1e-12));
+  CHECK(other.trace() == Approx(tr).epsilon(1e-12));
+  NoiseScale::State old = ns.state();
+  old.weight = 0;  // a manifest written before the weight was saved: 1 - decay^n
+  NoiseScale legacy(0.9);
+  legacy.restore(old);
+  CHECK(legacy.grad_sq() == Approx(g2).epsilon(1e-12));
 }
 
 TEST_CASE("noise scale of sampled gradients converges to tr(S) over |G|^2", "[noise_scale]") {
