@@ -23,6 +23,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_probe.hpp"
+#include "tests/unit/normal_samples.hpp"
 
 using namespace loom;
 
@@ -32,19 +33,6 @@ constexpr size_t kGuard = 64;  // guard elements before and after every device o
 constexpr uint16_t kSentinel = 0x4d2a;
 
 std::unique_ptr<Backend> g_cpu, g_gpu;
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u1 = ((s >> 11) + 1) * (1.0 / 9007199254740993.0);
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u2 = (s >> 11) * (1.0 / 9007199254740992.0);
-    x = float(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2)) * scale;
-  }
-  return v;
-}
 
 // One element of dtype dt <-> float, as raw bytes (4 for fp32, 2 for bf16/fp16).
 size_t esize(DType dt) { return dt == DType::f32 ? 4 : 2; }

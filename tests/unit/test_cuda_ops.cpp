@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_probe.hpp"
 #include "kernels/quantize.hpp"
+#include "tests/unit/normal_samples.hpp"
 
 using namespace loom;
 
@@ -32,19 +33,6 @@ namespace {
 constexpr float kTol = 1e-4f;
 constexpr size_t kGuard = 64;
 constexpr float kSentinel = 1234.5f;
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u1 = ((s >> 11) + 1) * (1.0 / 9007199254740993.0);
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u2 = (s >> 11) * (1.0 / 9007199254740992.0);
-    x = float(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2)) * scale;
-  }
-  return v;
-}
 
 // A buffer on both backends with the same contents, the device copy between guard regions.
 struct Pair {

@@ -16,26 +16,13 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/quantize.hpp"
+#include "tests/unit/normal_samples.hpp"
 
 using namespace loom;
 
 namespace {
 
 constexpr double kU32 = 5.9604644775390625e-8;  // fp32 unit roundoff, 2^-24
-
-// n values ~ N(0, 1) (Box-Muller on a 64-bit LCG: the same on every platform).
-std::vector<float> randn(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u1 = ((s >> 11) + 1) * (1.0 / 9007199254740993.0);
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u2 = (s >> 11) * (1.0 / 9007199254740992.0);
-    x = float(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  }
-  return v;
-}
 
 // Normal weights with outliers: every 37th block scaled by 1000, every 23rd with one element
 // of +-40 among N(0, 1) values, every 29th scaled down to 1e-3.
