@@ -47,6 +47,13 @@ struct TrainConfig {
   int64_t loss_scale_growth_interval = 2000;  // fp16: good steps before the scale doubles
   double loss_scale_backoff = 0.5;         // fp16: factor on the scale after an overflow
   std::string recompute = "none";  // none | selective | full: activations recomputed in backward
+  // The global batch as training goes on (docs/batch_size.md): fixed at global_batch, or chosen
+  // by goodput between batch_min and batch_max (0: auto) every batch_every steps.
+  std::string batch_policy = "fixed";  // fixed | goodput
+  int batch_min = 0;                   // 0 means "auto": global_batch
+  int batch_max = 0;                   // 0 means "auto": 8 x global_batch
+  int64_t batch_every = 50;
+  std::string batch_lr_rule = "sqrt";  // linear | sqrt | adascale
 };
 
 struct OptimConfig {
@@ -124,6 +131,16 @@ struct Recipe {
   int global_batch_resolved() const {
     return train.global_batch > 0 ? train.global_batch : train.micro_batch * parallel.dp;
   }
+  bool goodput() const { return train.batch_policy == "goodput"; }
+  // The global batch's bounds: [global batch, global batch] under the fixed policy.
+  int batch_min_resolved() const {
+    return !goodput() ? global_batch_resolved() : train.batch_min > 0 ? train.batch_min : global_batch_resolved();
+  }
+  int batch_max_resolved() const {
+    return !goodput() ? global_batch_resolved() : train.batch_max > 0 ? train.batch_max : 8 * global_batch_resolved();
+  }
+  // Gradient accumulation at the largest batch (the pipeline's in-flight activations follow it).
+  int grad_accum_max() const { return batch_max_resolved() / (train.micro_batch * parallel.dp); }
 };
 
 }  // namespace loom

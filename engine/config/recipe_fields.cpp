@@ -50,6 +50,12 @@ std::vector<Field> make_fields() {
       {"train", "loss_scale_growth_interval", K::Int64, 1, kHuge, {}, LOOM_MEMBER(train, loss_scale_growth_interval), "fp16 only: steps without overflow after which the loss scale doubles"},
       {"train", "loss_scale_backoff", K::Float, 1e-6, 0.999999, {}, LOOM_MEMBER(train, loss_scale_backoff), "fp16 only: factor on the loss scale after a step whose gradients overflowed (the step is skipped)"},
 
+      {"train", "batch_policy", K::String, 0, 0, {"fixed", "goodput"}, LOOM_MEMBER(train, batch_policy), "fixed: every step trains train.global_batch sequences; goodput: the global batch is chosen every train.batch_every steps, within [batch_min, batch_max], to maximise Pollux's goodput from the measured step time and gradient noise scale (changing accumulation, micro_batch kept); train.steps then counts steps of train.global_batch, i.e. the run trains steps x global_batch sequences, and the learning-rate schedule follows the sequences trained (docs/batch_size.md)"},
+      {"train", "batch_min", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(train, batch_min), "goodput: the smallest global batch, a multiple of micro_batch*dp; auto = train.global_batch"},
+      {"train", "batch_max", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(train, batch_max), "goodput: the largest global batch, a multiple of micro_batch*dp; auto = 8 x train.global_batch"},
+      {"train", "batch_every", K::Int64, 1, kHuge, {}, LOOM_MEMBER(train, batch_every), "goodput: steps between two decisions on the global batch"},
+      {"train", "batch_lr_rule", K::String, 0, 0, {"linear", "sqrt", "adascale"}, LOOM_MEMBER(train, batch_lr_rule), "goodput: the learning rate's factor at batch M against train.global_batch M0: linear M/M0, sqrt (M/M0)^0.5 (the square-root rule for Adam), or adascale: AdaScale's gain from the noise scale, between 1 and M/M0"},
+
       {"optim", "lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, lr), "peak learning rate (after warmup)"},
       {"optim", "min_lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, min_lr), "learning rate at the end of the cosine decay"},
       {"optim", "warmup_steps", K::Int64, 0, kHuge, {}, LOOM_MEMBER(optim, warmup_steps), "linear warmup steps from lr/warmup_steps to lr"},

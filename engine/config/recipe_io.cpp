@@ -345,6 +345,38 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   return r;
 }
 
+namespace {
+// train.batch_policy goodput, once dp is known: bounds that accumulation can reach, and a noise
+// scale the policy can read at every batch in them.
+void check_goodput(const Recipe& r) {
+  const std::string src = r.source + ": train.batch_policy goodput: ";
+  const int unit = r.train.micro_batch * r.parallel.dp, m0 = r.global_batch_resolved();
+  const int lo = r.batch_min_resolved(), hi = r.batch_max_resolved();
+  for (const auto& [key, v] : {std::pair<const char*, int>{"train.batch_min", lo}, {"train.batch_max", hi}})
+    if (v % unit != 0)
+      throw ConfigError(src + kv(r, key) + " (" + std::to_string(v) + " sequences) must be a multiple of " +
+                        kv(r, "train.micro_batch") + " x dp=" + std::to_string(r.parallel.dp) + " = " +
+                        std::to_string(unit));
+  if (!(lo <= m0 && m0 <= hi))
+    throw ConfigError(src + "the bounds must hold the reference batch: " + kv(r, "train.batch_min") + " (" +
+                      std::to_string(lo) + ") <= train.global_batch (" + std::to_string(m0) + ") <= " +
+                      kv(r, "train.batch_max") + " (" + std::to_string(hi) + ")");
+  if (!r.log.noise_scale)
+    throw ConfigError(src + "it decides from the gradient noise scale: set log.noise_scale=true (" +
+                      kv(r, "log.noise_scale") + ")");
+  if (r.parallel.zero >= 2)
+    throw ConfigError(src + "the gradient noise scale is not measured under " + kv(r, "parallel.zero") +
+                      " (a rank never holds its whole gradient); use zero 0 or 1");
+  if (r.parallel.dp == 1 && r.parallel.pp > 1)
+    throw ConfigError(src + "with dp 1 the noise scale needs a single pipeline stage (" + kv(r, "parallel.pp") +
+                      "); run with dp >= 2");
+  if (r.parallel.dp == 1 && lo < 2 * r.train.micro_batch)
+    throw ConfigError(src + "on one data-parallel rank the noise scale compares the first micro-batch with the "
+                      "whole batch, so every batch needs 2 micro-batches or more: " + kv(r, "train.batch_min") +
+                      " resolves to " + std::to_string(lo) + ", below 2 x " + kv(r, "train.micro_batch"));
+}
+}  // namespace
+
 void resolve_world(Recipe& r, int world) {
   auto& p = r.parallel;
   const std::string src = r.source;
@@ -371,6 +403,7 @@ void resolve_world(Recipe& r, int world) {
   if (r.train.global_batch > 0 && r.train.global_batch % per_step != 0)
     throw ConfigError(src + ": " + kv(r, "train.global_batch") + " must be a multiple of " + kv(r, "train.micro_batch") +
                       " x dp=" + std::to_string(p.dp) + " = " + std::to_string(per_step));
+  if (r.goodput()) check_goodput(r);
 }
 
 std::string recipe_to_yaml(const Recipe& r) {

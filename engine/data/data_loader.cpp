@@ -16,13 +16,28 @@ DataLoader::DataLoader(TokenDataset data, LoaderLayout layout, int prefetch_step
   worker_ = std::thread([this] { produce(); });
 }
 
-DataLoader::~DataLoader() {
+DataLoader::~DataLoader() { stop_worker(); }
+
+void DataLoader::stop_worker() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   worker_.join();
+}
+
+void DataLoader::set_micro_steps(int micro_steps) {
+  if (micro_steps == layout_.micro_steps) return;
+  stop_worker();
+  // Positions count samples from the last rebase: the steps after the last one handed out start
+  // where it ended, at the new global batch.
+  start_sample_ = first_sample(consumed_);
+  start_step_ = produced_ = consumed_;
+  ready_.clear();
+  layout_.micro_steps = micro_steps;
+  stop_ = false;
+  worker_ = std::thread([this] { produce(); });
 }
 
 int64_t DataLoader::first_sample(int64_t step) const {

@@ -40,6 +40,10 @@ class DataLoader {
 
   // The next step's batch (blocks if it is not ready yet; that time is added to wait_seconds()).
   StepBatch next();
+  // From the next step on, `micro_steps` micro-batches per rank per step (a new global batch):
+  // the batches prepared ahead are dropped and the stream goes on at the next unseen sample.
+  void set_micro_steps(int micro_steps);
+  int micro_steps() const { return layout_.micro_steps; }
   // The state to save in a checkpoint: resuming from it yields the batches after the last next().
   LoaderState state() const { return {consumed_, first_sample(consumed_)}; }
   double wait_seconds() const { return wait_s_; }
@@ -49,6 +53,7 @@ class DataLoader {
 
  private:
   void produce();
+  void stop_worker();
   StepBatch make(int64_t step) const;
   // The stream position of step `step`'s first sample: steps are consecutive runs of global
   // batches from where the loader started (a resumed run may have another global batch than the

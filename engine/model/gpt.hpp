@@ -59,6 +59,7 @@ class Gpt {
   Gpt(Backend& backend, const GptShape& shape, int micro_batch, TensorParallel tp = {}, StageSpec stage = {},
       int slots = 1, Recompute recompute = Recompute::None, DType compute = DType::f32,
       ModelHolds holds = ModelHolds::All);
+  Backend& backend() { return be_; }
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;

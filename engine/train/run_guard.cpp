@@ -47,7 +47,7 @@ void RunGuard::after_step(int64_t step, const StepResult& r) {
 }
 
 StopVote RunGuard::vote(int64_t step, double step_s, double max_save_s, bool log_failed,
-                        parallel::MpiCommunicator& world) {
+                        parallel::MpiCommunicator& world, bool at_end) {
   float v = log_failed ? 3.0f : stop_signal() ? 2.0f : 0.0f;
   if (!v && train_.max_minutes > 0) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -56,7 +56,7 @@ StopVote RunGuard::vote(int64_t step, double step_s, double max_save_s, bool log
   }
   world.all_reduce(&v, 1, parallel::ReduceOp::Max);
   StopVote out;
-  const bool before_end = step + 1 < train_.steps;
+  const bool before_end = !at_end;
   out.stop_now = v > 0 && before_end && step + 1 != train_.stop_at_step;
   if (v == 2 && rank_ == 0 && before_end)
     std::printf("loom: stop requested (%s): saving a checkpoint of step %lld and stopping\n",

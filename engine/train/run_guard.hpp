@@ -39,8 +39,10 @@ class RunGuard {
 
   // Collective over `world`. `step_s`: this step's time; `max_save_s`: the longest save so far
   // (the room train.max_minutes must leave for the last one); `log_failed`: this rank (rank 0)
-  // could not write the run directory.
-  StopVote vote(int64_t step, double step_s, double max_save_s, bool log_failed, parallel::MpiCommunicator& world);
+  // could not write the run directory; `at_end`: this was the run's last step (it ends and saves
+  // anyway: no early stop is declared).
+  StopVote vote(int64_t step, double step_s, double max_save_s, bool log_failed, parallel::MpiCommunicator& world,
+                bool at_end);
 
  private:
   const TrainConfig& train_;

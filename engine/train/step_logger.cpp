@@ -28,6 +28,7 @@ std::string tensorboard_tag(const std::string& key) {
   if (key == "loss" || key == "val_loss") return "loss/" + key;
   if (key.rfind("comm_", 0) == 0 && key != "comm_wait_ms") return "comm/" + key.substr(5);
   if (key == "b_simple" || key == "grad_norm_small") return "noise/" + key;
+  if (key == "global_batch") return "batch/" + key;
   return "perf/" + key;
 }
 }  // namespace
@@ -41,7 +42,8 @@ void StepLogger::start_tensorboard() {
 }
 
 void StepLogger::log(const StepRecord& s, const RankHealth& h) {
-  const double tok_s = rates_.tokens_per_step / s.step_s;
+  const double tokens = s.global_batch > 0 ? double(s.global_batch) * rates_.seq_len : rates_.tokens_per_step;
+  const double tok_s = tokens / s.step_s;
   const double mfu = rates_.flops_per_token * tok_s / rates_.peak_flops_all;
   std::vector<std::pair<std::string, double>> fields = {
       {"step", double(s.step)}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm}};
@@ -70,6 +72,7 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
   if (s.loss_scale > 0) fields.emplace_back("loss_scale", s.loss_scale);
   if (s.grad_norm_small >= 0) fields.emplace_back("grad_norm_small", s.grad_norm_small);
   if (s.b_simple >= 0) fields.emplace_back("b_simple", s.b_simple);
+  if (s.global_batch > 0) fields.emplace_back("global_batch", double(s.global_batch));
   if (s.skipped) fields.emplace_back("skipped", 1);
   metrics_->write(fields);
   if (tensorboard_) {
@@ -81,7 +84,14 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
   // ETA from this session's mean step time so far.
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - rates_.started).count();
   const double per_step = elapsed / double(s.step + 1 - rates_.start_step);
-  const double eta_s = per_step * double(rates_.total_steps - s.step - 1);
+  double eta_s = per_step * double(rates_.total_steps - s.step - 1);
+  char of[48];
+  std::snprintf(of, sizeof of, "/%lld", (long long)rates_.total_steps);
+  if (s.budget_done >= 0) {  // goodput: steps vary in size; the ETA follows the budget trained
+    const double rate = (s.budget_done - rates_.start_fraction) / elapsed;
+    eta_s = rate > 0 ? std::max(0.0, 1 - s.budget_done) / rate : 0;
+    std::snprintf(of, sizeof of, " (%.1f%%, batch %lld)", 100 * s.budget_done, (long long)s.global_batch);
+  }
   char val[32] = "", eta[32], reduce[64] = "", noise[48] = "";
   if (s.b_simple >= 0) std::snprintf(noise, sizeof noise, " | B_simple %.0f", s.b_simple);
   if (timed) std::snprintf(reduce, sizeof reduce, " of %.1f ms reduction (%.0f%% hidden)", s.grad_reduce_s * 1e3, 100 * hidden);
@@ -90,9 +100,9 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
     std::snprintf(eta, sizeof eta, "%dh%02dm", int(eta_s / 3600), int(eta_s / 60) % 60);
   else
     std::snprintf(eta, sizeof eta, "%dm%02ds", int(eta_s / 60), int(eta_s) % 60);
-  std::printf("step %6lld/%lld | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms | "
+  std::printf("step %6lld%s | loss %.4f%s | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | %.0f ms | "
               "data wait %.1f ms | comm wait %.1f ms%s | mem %.0f MB | slowest rank %d +%.0f ms%s | ETA %s%s\n",
-              (long long)s.step + 1, (long long)rates_.total_steps, s.loss, val, s.lr, s.grad_norm, tok_s, 100 * mfu,
+              (long long)s.step + 1, of, s.loss, val, s.lr, s.grad_norm, tok_s, 100 * mfu,
               s.step_s * 1e3, s.data_wait_s * 1e3, s.comm_wait_s * 1e3, reduce, h.rss_mb, h.slowest_rank,
               h.slowest_ms - h.median_ms, noise, eta, s.skipped ? " | SKIPPED (non-finite)" : "");
   std::fflush(stdout);

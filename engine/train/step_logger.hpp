@@ -31,6 +31,8 @@ struct StepRecord {
   double grad_reduce_s = -1;  // the dp gradient reductions' own run time (< 0: untimed, or dp 1: not logged)
   double grad_norm_small = -1;  // the noise scale's small-batch gradient norm (< 0: not measured)
   double b_simple = -1;         // the smoothed noise scale, in sequences (< 0: not yet defined)
+  int64_t global_batch = 0;     // train.batch_policy goodput: this step's batch (0: the fixed one, not logged)
+  double budget_done = -1;      // goodput: the fraction of the run's budget trained after this step
 };
 
 // What the logger derives throughput and the ETA from.
@@ -41,6 +43,8 @@ struct LogRates {
   int64_t start_step = 0;         // steps done before this session
   int64_t total_steps = 0;        // train.steps
   std::chrono::steady_clock::time_point started;  // this session's start (ETA)
+  int seq_len = 0;                // tokens per sequence (goodput: the step's tokens from its batch)
+  double start_fraction = -1;     // goodput: the budget's fraction trained before this session (ETA)
 };
 
 class StepLogger {

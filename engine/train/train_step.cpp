@@ -64,10 +64,18 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   work.output = [&](int i) { return model.output(i % slots); };
   work.output_grad = [&] { return model.output_grad(); };
   work.input_grad = [&] { return model.input_grad(); };
+  const auto compute_t0 = std::chrono::steady_clock::now();
   parallel::run_1f1b(groups_.device_pp(), accum, size_t(B) * T * s_.d_model, work);
   model.set_hooks(ModelHooks{});
 
   StepResult r;
+  if (s_.time_compute) {
+    // Device work included (CUDA launches asynchronously). Gradient buckets that MPI still
+    // reduces count in the step's fixed time; on CUDA, NCCL calls ordered on the stream before
+    // this point count here (an approximation of the split the goodput model needs).
+    model.backend().synchronize();
+    r.compute_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - compute_t0).count();
+  }
   {
     TraceRecorder::Span span(&trace_, "loss all-reduce", "communication");
     // The loss lives on the last stage: the sum over the pipeline group gives it to every stage.

@@ -27,6 +27,9 @@ struct StepResult {
   // The noise scale's small batch (noise_scale.hpp): |G_small|^2 of a batch of b_small sequences,
   // unscaled, the same on every rank; b_small 0: not measured.
   double small_sq = 0, b_small = 0;
+  // With StepShape::time_compute: the forward and backward passes of every micro-batch, device
+  // work included (the goodput policy's per-round time); < 0: not timed.
+  double compute_s = -1;
 };
 
 // The shape of a step: what the loop's recipe sections say about it.
@@ -37,6 +40,7 @@ struct StepShape {
   bool overlap_grad_reduce = true;  // parallel.overlap_grad_reduce
   uint64_t seed = 0;                // train.seed: LoRA dropout's masks derive from it
   bool noise_scale = true;          // log.noise_scale: measure the small-batch gradient norm
+  bool time_compute = false;        // time the micro-batches' passes (one device synchronisation)
 };
 
 // Which small batch the noise scale compares the global batch with.
@@ -57,6 +61,11 @@ class TrainStep {
   StepResult run(const StepBatch& batch, int64_t t, double lr, bool poison_grads = false,
                  bool overflow_grads = false);
   SmallBatch small_batch() const { return small_; }
+  // A new global batch from the next step on: `micro_steps` micro-batches per dp rank.
+  void set_batch(int micro_steps, int64_t global_batch) {
+    s_.micro_steps = micro_steps;
+    s_.global_batch = global_batch;
+  }
 
  private:
   Gpt& model_;

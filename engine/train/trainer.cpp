@@ -34,6 +34,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     : r_(recipe),
       groups_(groups),
       rank_(groups.world_rank()),
+      batch_(r_),
+      goodput_timing_(timing_override(std::getenv("LOOM_GOODPUT_TIMING"))),
       trace_(groups.world_rank()),
       faults_(FaultInjection::from_env()),
       started_(std::chrono::steady_clock::now()) {
@@ -74,7 +76,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   step_ = std::make_unique<TrainStep>(
       *model_, *optim_, groups, trace_,
       StepShape{r_.train.micro_batch, m.seq_len, m.d_model, r_.grad_accum(), r_.global_batch_resolved(),
-                r_.parallel.overlap_grad_reduce, r_.train.seed, r_.log.noise_scale},
+                r_.parallel.overlap_grad_reduce, r_.train.seed, r_.log.noise_scale, batch_.adaptive()},
       *scaler_);
   noise_ = NoiseScale(r_.log.noise_ema);
   if (rank_ == 0 && r_.log.noise_scale && step_->small_batch() == SmallBatch::None)
@@ -86,8 +88,11 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   resumed_ = checkpointer_->resume();
   scaler_->restore(resumed_.loss_scale);
   noise_.restore(resumed_.noise);
-  data_now_ = DataNow{uint64_t(r_.train.seed), int64_t(r_.global_batch_resolved()),
-                      int64_t(SampleIndex(train.shards, m.seq_len).size())};
+  // goodput: a resumed run goes on at the batch its checkpoint was at.
+  const std::string batch_note = resumed_.path.empty() ? "" : batch_.resume_at(resumed_.data.global_batch);
+  if (rank_ == 0 && !batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
+  step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
+  data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size())};
   LoaderState start;
   if (!resumed_.path.empty()) {
     std::vector<std::string> notes;
@@ -95,14 +100,17 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     if (rank_ == 0)
       for (const std::string& n : notes) std::printf("loom: resuming: %s\n", n.c_str());
   }
-  train_data_ = std::make_unique<DataLoader>(std::move(train), layout_, 2, start);
+  LoaderLayout train_layout = layout_;  // layout_ keeps the recipe's accumulation (validation batches)
+  train_layout.micro_steps = int(batch_.batch() / batch_.unit());
+  train_data_ = std::make_unique<DataLoader>(std::move(train), train_layout, 2, start);
   peak_flops_ = backend_->peak_flops(compute_);  // MFU against the gemm rate of the compute dtype
   // What rank 0 alone writes may fail on rank 0 alone (the CLI makes every rank agree on that error).
   if (rank_ == 0) {
     const double tokens = double(r_.global_batch_resolved()) * m.seq_len;
     logger_ = std::make_unique<StepLogger>(
         r_.log, LogRates{tokens, model_->shape().flops_per_token(), peak_flops_ * groups.layout().world(),
-                         resumed_.steps_done, r_.train.steps, started_});
+                         resumed_.steps_done, r_.train.steps, started_, m.seq_len,
+                         batch_.adaptive() ? batch_.progress(train_data_->state().next_sample) / double(r_.train.steps) : -1});
     start_run_record(command, hosts);
     note_resize();
     logger_->start_tensorboard();
@@ -123,7 +131,8 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
   const std::vector<int> per_stage = r_.stage_layers();
   StageSpec spec{0, per_stage[size_t(stage)], stage == 0, stage == pp - 1};
   for (int s = 0; s < stage; ++s) spec.first_layer += per_stage[size_t(s)];
-  const int slots = parallel::pipeline_in_flight(stage, pp, r_.grad_accum());
+  // goodput: the pipeline holds the activations of the largest batch's accumulation.
+  const int slots = parallel::pipeline_in_flight(stage, pp, r_.grad_accum_max());
   const char* allocating = "the model (parameters, gradients, activations)";
   std::string error;
   std::vector<float> init;  // the initial parameters' host copy, returned
@@ -193,6 +202,16 @@ void Trainer::print_header() const {
               model_->num_params() / 1e6, r_.global_batch_resolved(), r_.train.micro_batch, layout_.micro_steps,
               r_.parallel.dp, (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(),
               peak_flops_ / 1e9, optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
+  if (batch_.adaptive()) {
+    const GoodputBounds& b = batch_.bounds();
+    std::printf("loom: batch policy goodput: the global batch is chosen in [%lld, %lld] (multiples of %lld) every %lld "
+                "steps, now %lld; learning rate x %s rule against %lld; budget %lld sequences (train.steps %lld x "
+                "%lld); step time %s\n",
+                (long long)b.min, (long long)b.max, (long long)b.unit, (long long)r_.train.batch_every,
+                (long long)batch_.batch(), r_.train.batch_lr_rule.c_str(), (long long)b.reference,
+                (long long)(r_.train.steps * b.reference), (long long)r_.train.steps, (long long)b.reference,
+                goodput_timing_.valid() ? "fixed by LOOM_GOODPUT_TIMING" : "measured");
+  }
   if (model_->shape().lora.on()) {
     // The memory report LoRA is for: what trains (master, gradients, optimizer state) against the
     // frozen base (weights only).
@@ -240,11 +259,21 @@ TrainSummary Trainer::run() {
   const int64_t start = resumed_.steps_done, trace_from = start + 1, trace_to = trace_end();
   // train.stop_at_step ends this session there; a run resumed at or past it has nothing to do
   // (it used to train on to train.steps).
-  const int64_t end = r_.train.stop_at_step > 0 ? std::min(r_.train.steps, r_.train.stop_at_step) : r_.train.steps;
-  for (int64_t step = start; step < end; ++step) {
+  // batch_policy goodput: the run ends when its budget of sequences is trained, whatever the steps.
+  const int64_t steps = batch_.adaptive() ? INT64_MAX : r_.train.steps;
+  const int64_t end = r_.train.stop_at_step > 0 ? std::min(steps, r_.train.stop_at_step) : steps;
+  bool batch_changed = false;  // the step after a change (its data was not prepared ahead) is not timed
+  for (int64_t step = start; step < end && !batch_.budget_done(train_data_->state().next_sample); ++step) {
     parallel::Watchdog::set_step(step);
     trace_.set_enabled(r_.log.trace && step >= trace_from && step < trace_to);
     const auto t0 = std::chrono::steady_clock::now();
+    // The stream position before the step: the schedule's progress under goodput.
+    const int64_t samples = train_data_->state().next_sample;
+    const int64_t gb = batch_.next_batch(samples);
+    if (gb != int64_t(train_data_->micro_steps()) * batch_.unit()) {
+      apply_batch(gb);
+      batch_changed = true;
+    }
     StepBatch batch;
     {
       TraceRecorder::Span span(&trace_, "data", "data");
@@ -255,7 +284,7 @@ TrainSummary Trainer::run() {
                    (long long)step + 1);
       std::this_thread::sleep_for(std::chrono::duration<double>(faults_.sleep_s));
     }
-    const double lr = schedule_.at(step);
+    const double lr = batch_.lr(schedule_, step, samples, gb, noise_.b_simple());
     const parallel::CommVolume comm_before = groups_.device_volume();
     const StepResult res = step_->run(batch, step + 1, lr, faults_.nan_steps.count(step + 1) > 0,
                                       faults_.overflow_steps.count(step + 1) > 0);
@@ -269,20 +298,27 @@ TrainSummary Trainer::run() {
     if (res.skipped) ++summary.skipped_steps;
     backend_->synchronize();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (step > start) timed_s += dt;
+    if (step > start) timed_s += dt, timed_samples_ += double(gb);
+    if (batch_.adaptive() && step > start && !batch_changed) batch_.observe(gb / batch_.unit(), dt, res.compute_s);
+    batch_changed = false;
     // The schedule always runs to train.steps; stop_at_step only ends this run early.
-    const StopVote vote = guard.vote(step, dt, max_save_s, !log_error_.empty(), groups_.world());
-    if (!vote.stopped_early.empty()) summary.stopped_early = vote.stopped_early;
     const int64_t done = step + 1;
-    const bool last = done == r_.train.steps || done == r_.train.stop_at_step || guard.too_many_bad() ||
+    const bool at_end = batch_.adaptive() ? batch_.budget_done(samples + gb) : done == r_.train.steps;
+    const StopVote vote = guard.vote(step, dt, max_save_s, !log_error_.empty(), groups_.world(), at_end);
+    if (!vote.stopped_early.empty()) summary.stopped_early = vote.stopped_early;
+    const bool last = at_end || done == r_.train.stop_at_step || guard.too_many_bad() ||
                       vote.stop_now || vote.log_failed;
     StepRecord rec{step, res.loss, -1, lr, res.grad_norm, dt, 0, res.comm_wait_s, res.skipped};
     rec.backward_s = res.backward_s;
+    if (batch_.adaptive()) {
+      rec.global_batch = gb;
+      rec.budget_done = batch_.progress(samples + gb) / double(r_.train.steps);
+    }
     if (r_.parallel.dp > 1) rec.grad_reduce_s = res.reduce_s;
     rec.loss_scale = scaler_->enabled() ? res.loss_scale : 0;
     rec.comm = comm;
     if (res.b_small > 0) {
-      if (!res.skipped) noise_.add(res.small_sq, res.b_small, res.grad_norm * res.grad_norm, double(r_.global_batch_resolved()));
+      if (!res.skipped) noise_.add(res.small_sq, res.b_small, res.grad_norm * res.grad_norm, double(gb));
       rec.grad_norm_small = std::sqrt(res.small_sq);
       rec.b_simple = noise_.b_simple();
     }
@@ -308,6 +344,8 @@ TrainSummary Trainer::run() {
       }
       last_wait = train_data_->wait_seconds();
     }
+    // Before the checkpoint: it records the batch the next step trains at (a resume goes on there).
+    if (batch_.due(done) && !last) decide_batch(done);
     if (!r_.checkpoint.dir.empty() && due(r_.checkpoint.every, done, last)) {
       const double save_s = save_checkpoint(done, summary, guard.first_bad_step());
       summary.resumable = true;
@@ -372,7 +410,7 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());
   const int64_t timed_steps = summary.steps - resumed_.steps_done - 1;
   if (timed_steps > 0)
-    summary.tokens_per_s = double(timed_steps) * r_.global_batch_resolved() * r_.model.seq_len / timed_s;
+    summary.tokens_per_s = timed_samples_ * r_.model.seq_len / timed_s;
   parallel::Watchdog::stop();
   summary.resumable = summary.resumable && !summary.stopped_early.empty();
   if (run_record_)

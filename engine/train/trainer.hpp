@@ -24,6 +24,7 @@
 #include "engine/optim/distributed_optimizer.hpp"
 #include "engine/optim/lr_schedule.hpp"
 #include "engine/optim/noise_scale.hpp"
+#include "engine/train/batch_controller.hpp"
 #include "engine/train/fault_injection.hpp"
 #include "engine/train/rank_reports.hpp"
 #include "engine/train/run_guard.hpp"
@@ -74,6 +75,10 @@ class Trainer {
   // parallel.bucket_mb auto: probes the dp link and re-plans the buckets (collective; rank 0 logs).
   void size_buckets(double backward_s);
   static constexpr double kAutoStartBucketMb = 25.0;  // bucket_mb auto: until the decision
+  // train.batch_policy goodput (trainer_batch.cpp): the next step's batch into the loader and the
+  // step; the decision after step `done` (collective: the ranks agree on the step time first).
+  void apply_batch(int64_t global_batch);
+  void decide_batch(int64_t done);
   [[noreturn]] void fail_non_finite(int64_t done, const RunGuard& guard);
   void finish_run(TrainSummary& summary, double timed_s);
   void print_header() const;
@@ -95,6 +100,10 @@ class Trainer {
   std::unique_ptr<TrainStep> step_;
   DType compute_ = DType::f32;           // train.precision
   NoiseScale noise_;                     // the gradient noise scale's moving averages
+  BatchController batch_;                // the global batch of each step (train.batch_policy)
+  StepTimeModel goodput_timing_;         // LOOM_GOODPUT_TIMING: a fixed step-time model (invalid: measure)
+  nlohmann::json batch_decisions_ = nlohmann::json::array();  // rank 0: this session's, for run.json
+  double timed_samples_ = 0;             // sequences of the timed steps (all after the first)
   std::unique_ptr<LossScaler> scaler_;   // fp16's dynamic loss scale (disabled otherwise)
   std::unique_ptr<RankReports> reports_;
   std::unique_ptr<StepLogger> logger_;      // rank 0

@@ -33,7 +33,7 @@ void Trainer::note_resize() {
   if (resumed_.path.empty() || was.dp <= 0 || (was.tp == p.tp && was.pp == p.pp && was.dp == p.dp)) return;
   const int world_was = was.tp * was.pp * was.dp;
   // train.global_batch auto (micro_batch x dp) changes with dp: say so rather than that it stays.
-  const int64_t gb = r_.global_batch_resolved(), gb_was = resumed_.data.global_batch > 0 ? resumed_.data.global_batch : gb;
+  const int64_t gb = batch_.batch(), gb_was = resumed_.data.global_batch > 0 ? resumed_.data.global_batch : gb;
   char batch[96];
   if (gb_was == gb)
     std::snprintf(batch, sizeof batch, "the global batch stays %lld", (long long)gb);
@@ -41,12 +41,12 @@ void Trainer::note_resize() {
     std::snprintf(batch, sizeof batch, "the global batch changes from %lld to %lld", (long long)gb_was, (long long)gb);
   std::printf("loom: elastic resume: the checkpoint was saved by %d ranks (tp %d, pp %d, dp %d); this run has %d "
               "(tp %d, pp %d, dp %d, %d micro-batches of %d per rank per step): %s\n",
-              world_was, was.tp, was.pp, was.dp, r_.world, p.tp, p.pp, p.dp, r_.grad_accum(), r_.train.micro_batch,
+              world_was, was.tp, was.pp, was.dp, r_.world, p.tp, p.pp, p.dp, int(gb / batch_.unit()), r_.train.micro_batch,
               batch);
   record_in_run_json("resized", {{"from", {{"world", world_was}, {"tp", was.tp}, {"pp", was.pp}, {"dp", was.dp},
                                            {"zero", was.zero}, {"global_batch", gb_was}}},
                                  {"to", {{"world", r_.world}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp},
-                                         {"zero", p.zero}, {"grad_accum", r_.grad_accum()}, {"global_batch", gb}}},
+                                         {"zero", p.zero}, {"grad_accum", gb / batch_.unit()}, {"global_batch", gb}}},
                                  {"global_batch", gb},
                                  {"at_step", resumed_.steps_done}});
 }

@@ -39,7 +39,7 @@ for launcher in srun mpirun; do
 done
 
 # 2. Signalled mid-run: checkpoint, exit 75, requeue, resume, same result as uninterrupted.
-steps=120
+steps=80
 job=$(submit "${small[@]}" --output="$WORK/t2.out" \
         --export=ALL,RECIPE=configs/tiny.yaml,RUN_DIR="$WORK/t2",OVERRIDES="--set train.steps=$steps $tiny" \
         slurm/train-single-node.sbatch)

@@ -1,0 +1,89 @@
+# train.batch_policy goodput on tiny at dp 2 (2 ranks), global batch 16 (the reference the
+# learning rate is for), bounds [16, 128], a decision every 20 steps, and the step-time model fixed
+# by LOOM_GOODPUT_TIMING=150:10 (150 ms per step plus 10 ms per micro-batch round: a machine
+# where the step's fixed cost dominates, as with a slow gradient link), so that the decisions
+# depend only on the measured noise scale and can be reproduced:
+#  - the batch grows as the loss falls (it never shrinks, ends at 4x or more, and each batch's
+#    steps have a lower mean loss than the batch before);
+#  - every decision is printed and recorded in run.json with its reason; metrics.jsonl logs each
+#    step's global_batch; the run trains exactly its budget, train.steps x 16 sequences;
+#  - the learning rate is the cosine schedule at (sequences trained / 16) times sqrt(M / 16);
+#  - a run stopped at step 150 (after the batch changed) and resumed makes the same decisions and
+#    the same losses, bit for bit, as the uninterrupted one (the sampler resumes mid-change);
+#  - recipes goodput cannot serve are refused at start, naming the key.
+#   goodput_batch.sh LOOM SRC MPIEXEC
+source "$(dirname "$0")/../cli/common.sh"
+corpus
+cd "$SRC"
+export OMP_NUM_THREADS=1 LOOM_GOODPUT_TIMING=150:10
+common=(--set train.global_batch=16 --set train.batch_policy=goodput --set train.batch_every=20 --set log.every=1
+        --set log.eval_every=0)
+run() {  # name [extra args]
+  local name=$1; shift
+  mpi -np 2 -x LOOM_GOODPUT_TIMING -x OMP_NUM_THREADS "$LOOM" train configs/tiny.yaml "${common[@]}" \
+    --set log.dir="$WORK/$name" "$@" >> "$WORK/$name.out" 2>&1 || { cat "$WORK/$name.out"; fail "$name failed"; }
+}
+run full
+run split --set checkpoint.dir="$WORK/ck" --set train.stop_at_step=150
+grep -q "loom: trained 150 steps this session" "$WORK/split.out" || { cat "$WORK/split.out"; fail "the first part did not stop at 150"; }
+run split --set checkpoint.dir="$WORK/ck"
+grep "global batch .* -> " "$WORK/full.out" || { cat "$WORK/full.out"; fail "the batch never changed"; }
+python3 - "$WORK" <<'PY'
+import json, math, re, sys
+w = sys.argv[1]
+rows = lambda d: [json.loads(l) for l in open(f"{w}/{d}/metrics.jsonl") if '"step"' in l]
+full, split = rows("full"), rows("split")
+gb = [r["global_batch"] for r in full]
+assert sum(gb) == 300 * 16, f"trained {sum(gb)} sequences, not the budget of 4800"
+assert all(b % 16 == 0 and 16 <= b <= 128 for b in gb), gb
+# The last step may be trimmed to what the budget leaves; before it the batch only grows.
+assert all(a <= b for a, b in zip(gb[:-2], gb[1:-1])), f"the batch shrank: {gb}"
+assert gb[0] == 16 and max(gb) >= 64, f"the batch did not grow 4x: {sorted(set(gb))}"
+means = []
+for b in sorted(set(gb[:-1])):
+    losses = [r["loss"] for r in full[:-1] if r["global_batch"] == b]
+    means.append((b, sum(losses) / len(losses), len(losses)))
+print("batch, mean loss, steps: " + "; ".join(f"{b} {m:.4f} {n}" for b, m, n in means))
+assert all(x[1] > y[1] for x, y in zip(means, means[1:])), f"the loss did not fall from batch to batch: {means}"
+# The learning rate: cosine over the reference steps (tiny: lr 3e-3, min 3e-4, warmup 20, 300
+# steps) at the sequences trained before the step, times sqrt(M / 16).
+def sched(p):
+    if p < 20: return 3e-3 * (p + 1) / 20
+    q = min(1.0, (p - 20) / 280)
+    return 3e-4 + 0.5 * (3e-3 - 3e-4) * (1 + math.cos(math.pi * q))
+seen = 0
+for r in full:
+    want = sched(seen / 16) * math.sqrt(r["global_batch"] / 16)
+    assert abs(r["lr"] - want) <= 1e-7 * want, (r["step"], r["lr"], want)  # metrics.jsonl: 9 digits
+    seen += r["global_batch"]
+# Decisions: run.json, with reasons; stdout says each change.
+dec = json.load(open(f"{w}/full/run.json"))["sessions"][0]["batch_decisions"]
+assert [d["step"] for d in dec] == list(range(20, len(full), 20)), [d["step"] for d in dec]
+changes = [d for d in dec if d["to"] != d["from"]]
+assert changes and all("goodput" in d["reason"] and d["timing"] == "LOOM_GOODPUT_TIMING" for d in changes), changes
+assert all(d["t0_ms"] == 150 and d["t1_ms"] == 10 for d in dec), dec[0]
+for d in changes:
+    assert gb[d["step"]] == d["to"] or d["step"] + 1 == len(full), (d, gb[d["step"]])
+# Stopped at 150 and resumed: the same steps, batches, losses and decisions.
+assert len(split) == len(full), (len(split), len(full))
+for a, b in zip(full, split):
+    assert (a["loss"], a["lr"], a["global_batch"], a["grad_norm"]) == (b["loss"], b["lr"], b["global_batch"], b["grad_norm"]), (a, b)
+s = json.load(open(f"{w}/split/run.json"))["sessions"]
+assert len(s) == 2 and s[0]["batch_decisions"] + s[1]["batch_decisions"] == dec, "the resumed run decided differently"
+print(f"{len(full)} steps for 300 x 16 sequences; batches {sorted(set(gb))}; {len(changes)} changes; "
+      f"stop at 150 + resume: identical")
+PY
+# Refused before training (loom config resolves the recipe for a world as loom train does), naming the key.
+refuse() {  # what, grep pattern, world, args
+  local what=$1 pattern=$2 world=$3; shift 3
+  if "$LOOM" config configs/tiny.yaml "${common[@]}" --world "$world" "$@" > "$WORK/bad.out" 2>&1; then
+    fail "$what was accepted"
+  fi
+  grep -q -- "$pattern" "$WORK/bad.out" || { cat "$WORK/bad.out"; fail "$what: the error does not say $pattern"; }
+}
+refuse "batch_max not a multiple of micro_batch x dp" "train.batch_max=100" 2 --set train.batch_max=100
+refuse "batch_min above the reference" "train.batch_min=32" 2 --set train.batch_min=32
+refuse "zero 2" "parallel.zero=2" 2 --set parallel.zero=2
+refuse "one rank without 2 micro-batches" "2 x train.micro_batch" 1 --set train.global_batch=8
+refuse "no noise scale" "log.noise_scale=false" 2 --set log.noise_scale=false
+echo PASS
