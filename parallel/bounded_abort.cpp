@@ -1,5 +1,7 @@
 #include "parallel/bounded_abort.hpp"
 
+#include "parallel/abort_hooks.hpp"
+
 #include <mpi.h>
 #include <unistd.h>
 
@@ -48,6 +50,9 @@ void abort_job(int code, double deadline_s) {
     sigaddset(&alarm_only, SIGALRM);
     pthread_sigmask(SIG_UNBLOCK, &alarm_only, nullptr);
     ::alarm(static_cast<unsigned>(std::ceil(deadline_s)) + 1);
+    // NCCL communicators first (abort_hooks.hpp): a kernel spinning in a collective with a dead
+    // peer ends only by ncclCommAbort. Half the deadline at most, so MPI_Abort still gets its turn.
+    run_abort_hooks(deadline_s / 2);
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // MPI_Abort does not return; for broken MPIs
   }

@@ -46,6 +46,19 @@ class Request {
 };
 using RequestPtr = std::unique_ptr<Request>;
 
+// One point-to-point transfer of a batch (Communicator::itransfers): a send of `n` elements from
+// `send` to group rank `peer`, or a receive into `recv` from it. `tag` matches a send with its
+// receive where the implementation uses tags (MPI); NCCL matches them by issue order per peer.
+struct Transfer {
+  enum Kind { Send, Recv } kind = Send;
+  ConstTypedPtr send{};
+  TypedPtr recv{};
+  size_t n = 0;
+  int peer = 0, tag = 0;
+  static Transfer to(ConstTypedPtr buf, size_t n, int peer, int tag) { return {Send, buf, {}, n, peer, tag}; }
+  static Transfer from(TypedPtr buf, size_t n, int peer, int tag) { return {Recv, {}, buf, n, peer, tag}; }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -71,7 +84,27 @@ class Communicator {
   virtual void recv(TypedPtr buf, size_t n, int peer, int tag) = 0;
   virtual RequestPtr isend(ConstTypedPtr buf, size_t n, int peer, int tag) = 0;
   virtual RequestPtr irecv(TypedPtr buf, size_t n, int peer, int tag) = 0;
+  // Sends and receives posted as one batch, one request for all (a pipeline step's transfers to
+  // both neighbours). They may progress in any order, so two ranks that each send to the other
+  // before receiving cannot deadlock: NCCL's send and receive block until the peer's matching
+  // call is issued, so NCCL groups the batch (ncclGroupStart/End); MPI's non-blocking calls
+  // need nothing more (this default: isend/irecv each, waited together).
+  virtual RequestPtr itransfers(const std::vector<Transfer>& batch) {
+    auto all = std::make_unique<Requests>();
+    for (const Transfer& t : batch)
+      all->parts.push_back(t.kind == Transfer::Send ? isend(t.send, t.n, t.peer, t.tag) : irecv(t.recv, t.n, t.peer, t.tag));
+    return all;
+  }
   virtual void barrier() = 0;
+
+ protected:
+  // Several requests waited as one.
+  struct Requests final : Request {
+    std::vector<RequestPtr> parts;
+    void wait() override {
+      for (auto& p : parts) p->wait();
+    }
+  };
 };
 
 // The dtype checks every implementation makes at the top of a call (`what` names the call);

@@ -91,5 +91,11 @@ RequestPtr CountingCommunicator::irecv(TypedPtr buf, size_t n, int peer, int tag
   count_p2p(buf.dtype, n, peer, true);
   return r;
 }
+RequestPtr CountingCommunicator::itransfers(const std::vector<Transfer>& batch) {
+  RequestPtr r = inner_->itransfers(batch);
+  for (const Transfer& t : batch)
+    count_p2p(t.kind == Transfer::Send ? t.send.dtype : t.recv.dtype, t.n, t.peer, t.kind == Transfer::Recv);
+  return r;
+}
 
 }  // namespace loom::parallel

@@ -46,6 +46,7 @@ class CountingCommunicator final : public Communicator {
   void recv(TypedPtr buf, size_t n, int peer, int tag) override;
   RequestPtr isend(ConstTypedPtr buf, size_t n, int peer, int tag) override;
   RequestPtr irecv(TypedPtr buf, size_t n, int peer, int tag) override;
+  RequestPtr itransfers(const std::vector<Transfer>& batch) override;
   void barrier() override { inner_->barrier(); }
 
  private:

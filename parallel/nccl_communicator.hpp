@@ -15,6 +15,11 @@ namespace loom::parallel {
 // `compute_stream` (a cudaStream_t, may be null): every operation first waits for the work
 // already queued there (an event), so a collective never reads a buffer a kernel is still
 // writing.
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device, void* compute_stream = nullptr);
+// `name` ("tp", "dp", ...) names the group in watchdog messages. Waits on NCCL work run inside a
+// Watchdog::Scope (parallel.timeout_s) and poll ncclCommGetAsyncError, so a collective whose
+// peer died raises NCCL's error instead of waiting for ever; an abort of the job runs
+// ncclCommAbort on the communicator first (abort_hooks.hpp).
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device, void* compute_stream = nullptr,
+                                                     const std::string& name = "nccl");
 
 }  // namespace loom::parallel

@@ -58,10 +58,11 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout, AllReduceAlgo al
 void ProcessGroups::use_nccl(int device, void* compute_stream) {
   // One NCCL communicator per group this rank belongs to, bootstrapped over the group's MPI
   // communicator; every rank creates them in the same order (tp, dp, pp, embedding).
-  nccl_tp_ = make_nccl_communicator(tp_->comm(), device, compute_stream);
-  nccl_dp_ = make_nccl_communicator(dp_->comm(), device, compute_stream);
-  nccl_pp_ = make_nccl_communicator(pp_->comm(), device, compute_stream);
-  if (embedding_) nccl_embedding_ = make_nccl_communicator(embedding_->comm(), device, compute_stream);
+  nccl_tp_ = make_nccl_communicator(tp_->comm(), device, compute_stream, tp_->name() + " (NCCL)");
+  nccl_dp_ = make_nccl_communicator(dp_->comm(), device, compute_stream, dp_->name() + " (NCCL)");
+  nccl_pp_ = make_nccl_communicator(pp_->comm(), device, compute_stream, pp_->name() + " (NCCL)");
+  if (embedding_)
+    nccl_embedding_ = make_nccl_communicator(embedding_->comm(), device, compute_stream, embedding_->name() + " (NCCL)");
   // The counters stay: a group's volume is the same whichever communicator carries it.
   count_tp_->rebind(*nccl_tp_);
   count_dp_->rebind(*nccl_dp_);

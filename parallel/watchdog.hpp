@@ -4,8 +4,8 @@
 // operation and the group. A watchdog thread checks the open scopes; one that has been open for
 // longer than parallel.timeout_s means a peer is dead, stuck or lost: the rank prints which
 // operation on which group at which step it was waiting in, and aborts the whole job
-// (MPI_Abort), so that no rank waits forever for another. With NCCL the same place would call
-// ncclCommAbort first.
+// (MPI_Abort), so that no rank waits forever for another. NCCL communicators watch their waits
+// with the same scopes, and the abort runs their ncclCommAbort first (abort_hooks.hpp).
 //
 // Naming the rank that is stuck, not only the one that waits: each communicator registers a
 // *channel* (its members' world ranks) and every rank counts the collectives it has entered on

@@ -4,6 +4,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -22,8 +23,24 @@ inline void check(cublasStatus_t s, const char* what, const char* file, int line
 
 inline unsigned blocks_for(size_t n, unsigned threads) { return unsigned((n + threads - 1) / threads); }
 
+// LOOM_CUDA_SYNC_CHECK=1 (a debugging mode, slow): every launch also waits for the kernel and
+// checks how it ran, so an illegal address or a failed assertion names the launch at fault
+// (file:line) instead of surfacing at the next synchronising call somewhere else.
+inline bool sync_check_launches() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_CUDA_SYNC_CHECK");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+inline void launched(const char* file, int line) {
+  check(cudaGetLastError(), "kernel launch", file, line);
+  if (sync_check_launches()) check(cudaDeviceSynchronize(), "kernel run (LOOM_CUDA_SYNC_CHECK=1)", file, line);
+}
+
 }  // namespace loom::cuda
 
 #define LOOM_CUDA_CHECK(call) ::loom::cuda::check((call), #call, __FILE__, __LINE__)
-// After a kernel launch: launch errors now, execution errors at the next synchronising call.
-#define LOOM_CUDA_LAUNCHED() ::loom::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+// After every kernel launch (tests/cuda/launches_checked.py makes sure): launch errors now,
+// execution errors at the next synchronising call, or here with LOOM_CUDA_SYNC_CHECK=1.
+#define LOOM_CUDA_LAUNCHED() ::loom::cuda::launched(__FILE__, __LINE__)

@@ -1,11 +1,11 @@
 // Token + position embedding. Forward: one thread per output element. Backward: dwpe summed
-// over the batch in order (a thread per (t, c)); dwte by buckets of positions per token, built
-// on the host from the N token ids (small; reading them synchronises the stream), each bucket
-// summed in ascending position order by one block: deterministic, no atomics. out, wte, wpe and
-// dout in the compute dtype; dwte and dwpe fp32 (accumulated), sums in fp32.
-#include <algorithm>
-#include <numeric>
-#include <vector>
+// over the batch in order (a thread per (t, c)); dwte by buckets of positions per token, each
+// bucket summed in ascending position order by one block: deterministic, no float atomics. The
+// buckets are built on the device (a stable radix sort of (row, position) pairs by row, then the
+// runs of equal rows), so the backward never waits for the host: it used to copy the token ids
+// back and sort them there, synchronising the stream every step. out, wte, wpe and dout in the
+// compute dtype; dwte and dwpe fp32 (accumulated), sums in fp32.
+#include <cub/cub.cuh>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
@@ -37,24 +37,34 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const Tp* dout, int B, 
   dwpe[i] += s;
 }
 
-template <typename Tp>
-__global__ void encoder_backward_wte_kernel(float* dwte, const Tp* dout, const int32_t* bucket_row,
-                                            const int32_t* bucket_begin, const int32_t* bucket_pos, int C) {
-  const int k = blockIdx.x;
-  const int begin = bucket_begin[k], end = bucket_begin[k + 1];
-  float* dst = dwte + size_t(bucket_row[k]) * C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float s = 0;
-    for (int p = begin; p < end; ++p) s += load(dout[size_t(bucket_pos[p]) * C + c]);
-    dst[c] += s;
-  }
+// Position p's sort key: its row of this rank's vocabulary slice, or vocab_rows for a token
+// another tensor-parallel rank holds (those sort last and are skipped).
+__global__ void encoder_bucket_keys_kernel(int32_t* keys, int32_t* positions, const int32_t* tokens, int n,
+                                           int vocab_start, int vocab_rows) {
+  const int p = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (p >= n) return;
+  const int row = tokens[p] - vocab_start;
+  keys[p] = (row >= 0 && row < vocab_rows) ? row : vocab_rows;
+  positions[p] = p;
 }
 
-// Host to device, waiting for the copy (the host vector may be reused on return).
-void upload(int32_t* dst, const std::vector<int32_t>& src, cudaStream_t stream) {
-  if (src.empty()) return;
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
+// Block k sums run k of the sorted pairs (one row, its positions ascending: the radix sort is
+// stable) into that row of dwte. The grid has one block per position, as many as runs can be;
+// blocks past the number of runs (known only on the device) return at once.
+template <typename Tp>
+__global__ void encoder_backward_wte_kernel(float* dwte, const Tp* dout, const int32_t* run_rows,
+                                            const int32_t* run_lengths, const int32_t* run_begins,
+                                            const int32_t* num_runs, const int32_t* sorted_pos, int C,
+                                            int vocab_rows) {
+  const int k = blockIdx.x;
+  if (k >= *num_runs || run_rows[k] >= vocab_rows) return;
+  const int begin = run_begins[k], end = begin + run_lengths[k];
+  float* dst = dwte + size_t(run_rows[k]) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0;
+    for (int p = begin; p < end; ++p) s += load(dout[size_t(sorted_pos[p]) * C + c]);
+    dst[c] += s;
+  }
 }
 
 }  // namespace
@@ -83,40 +93,39 @@ void encoder_backward(float* dwte, float* dwpe, ConstTypedPtr dout, const int32_
     });
     LOOM_CUDA_LAUNCHED();
   }
-  // Buckets of positions per in-range token, on the host (N ints), positions ascending within
-  // a bucket: the device sums each bucket in that order.
+  // Buckets on the device: keys (rows) and positions, sorted stably by row, then the runs of
+  // equal rows and where each begins. Seven int arrays of N (plus the run count) in one buffer.
   const int N = B * T;
-  std::vector<int32_t> tok(static_cast<size_t>(N));
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(tok.data(), tokens, size_t(N) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<int32_t> order(static_cast<size_t>(N));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return tok[size_t(a)] < tok[size_t(b)]; });
-  std::vector<int32_t> rows, begins, positions;
-  for (int32_t p : order) {
-    const int32_t r = tok[size_t(p)] - vocab_start;
-    if (r < 0 || r >= vocab_rows) continue;
-    if (rows.empty() || rows.back() != r) {
-      rows.push_back(r);
-      begins.push_back(int32_t(positions.size()));
-    }
-    positions.push_back(p);
-  }
-  begins.push_back(int32_t(positions.size()));
-  if (rows.empty()) return;
-  int32_t* d_rows = ctx.int_buffer(0, rows.size());
-  int32_t* d_begins = ctx.int_buffer(1, begins.size());
-  int32_t* d_pos = ctx.int_buffer(2, positions.size());
-  upload(d_rows, rows, stream);
-  upload(d_begins, begins, stream);
-  upload(d_pos, positions, stream);
+  if (N == 0) return;
+  int32_t* buf = ctx.int_buffer(0, 7 * size_t(N) + 2);
+  int32_t *keys = buf, *pos = keys + N, *sorted_keys = pos + N, *sorted_pos = sorted_keys + N;
+  int32_t *run_rows = sorted_pos + N, *run_lengths = run_rows + N, *run_begins = run_lengths + N;
+  int32_t* num_runs = run_begins + N;
+  encoder_bucket_keys_kernel<<<blocks_for(size_t(N), 256), 256, 0, stream>>>(keys, pos, tokens, N, vocab_start,
+                                                                             vocab_rows);
+  LOOM_CUDA_LAUNCHED();
+  // The key's significant bits only (rows <= vocab_rows): fewer radix passes.
+  int end_bit = 1;
+  while (end_bit < 31 && (1 << end_bit) <= vocab_rows) ++end_bit;
+  size_t sort_bytes = 0, rle_bytes = 0, scan_bytes = 0;
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, sorted_keys, pos, sorted_pos, N, 0,
+                                                  end_bit, stream));
+  LOOM_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, rle_bytes, sorted_keys, run_rows, run_lengths, num_runs,
+                                                     N, stream));
+  LOOM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, run_lengths, run_begins, N, stream));
+  const Workspace ws = ctx.workspace(std::max(sort_bytes, std::max(rle_bytes, scan_bytes)));
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.ptr, sort_bytes, keys, sorted_keys, pos, sorted_pos, N, 0,
+                                                  end_bit, stream));
+  LOOM_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(ws.ptr, rle_bytes, sorted_keys, run_rows, run_lengths, num_runs,
+                                                     N, stream));
+  // Runs past num_runs hold stale lengths: their begins are never read.
+  LOOM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.ptr, scan_bytes, run_lengths, run_begins, N, stream));
   dispatch_act("encoder_backward", dt, [&](auto tag) {
     using Tp = decltype(tag);
-    encoder_backward_wte_kernel<<<unsigned(rows.size()), 256, 0, stream>>>(dwte, act<Tp>(dout), d_rows, d_begins,
-                                                                           d_pos, C);
+    encoder_backward_wte_kernel<<<unsigned(N), 256, 0, stream>>>(dwte, act<Tp>(dout), run_rows, run_lengths,
+                                                                 run_begins, num_runs, sorted_pos, C, vocab_rows);
   });
   LOOM_CUDA_LAUNCHED();
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors die here
 }
 
 }  // namespace loom::cuda

@@ -84,6 +84,14 @@ void test_collectives(MpiCommunicator& c, const std::string& name) {
     rq->wait();
     sq->wait();
     check(in[4] == float((me + n - 1) % n), name + " isend/irecv ring", me);
+    // One batch per rank, sends first, to both neighbours (what a pipeline stage posts between
+    // forward and backward): it must complete whatever order each rank listed its transfers in.
+    std::vector<float> to_next(4, float(me)), to_prev(4, float(100 + me)), from_prev(4, -1.0f), from_next(4, -1.0f);
+    const int next = (me + 1) % n, prev = (me + n - 1) % n;
+    c.itransfers({Transfer::to(to_next.data(), 4, next, 7), Transfer::to(to_prev.data(), 4, prev, 8),
+                  Transfer::from(from_prev.data(), 4, prev, 7), Transfer::from(from_next.data(), 4, next, 8)})
+        ->wait();
+    check(from_prev[3] == float(prev) && from_next[3] == float(100 + next), name + " itransfers, sends first", me);
   }
   c.barrier();
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Every CUDA kernel launch in kernels/cuda/ is followed by LOOM_CUDA_LAUNCHED() (the launch
+error check, and with LOOM_CUDA_SYNC_CHECK=1 the run's): a launch left unchecked would let a bad
+configuration fail silently, or surface later at an unrelated call. Runs without a GPU.
+  launches_checked.py SRC
+A launch is `name<<<...>>>(...);`; a check must follow it before the end of the enclosing
+function (a line starting with '}'): a dtype switch may launch in several branches and check
+once after them."""
+import glob, os, re, sys
+
+src = sys.argv[1]
+bad, total = [], 0
+for path in sorted(glob.glob(os.path.join(src, "kernels/cuda/*.cu")) + glob.glob(os.path.join(src, "kernels/cuda/*.cuh"))):
+    lines = open(path).read().split("\n")
+    for i, line in enumerate(lines):
+        if "<<<" not in line or line.strip().startswith("//"):
+            continue
+        total += 1
+        j = i
+        while ";" not in lines[j]:
+            j += 1
+        ok = False
+        for k in range(j, len(lines)):
+            if "LOOM_CUDA_LAUNCHED()" in lines[k]:
+                ok = True
+                break
+            if lines[k].startswith("}"):  # the end of the enclosing function
+                break
+        if not ok:
+            bad.append(f"{os.path.relpath(path, src)}:{i + 1}: {line.strip()}")
+if total == 0:
+    sys.exit("no kernel launches found under kernels/cuda: is SRC right?")
+if bad:
+    print("kernel launches without LOOM_CUDA_LAUNCHED() after them:\n  " + "\n  ".join(bad))
+    sys.exit(1)
+print(f"{total} kernel launches, each checked")
