@@ -1,6 +1,7 @@
 #pragma once
 // The training recipe: one struct per YAML section, mapped one-to-one onto the keys documented
 // in docs/recipes.md. Defaults live here, in the member initialisers, and nowhere else.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -137,7 +138,9 @@ struct Recipe {
     return !goodput() ? global_batch_resolved() : train.batch_min > 0 ? train.batch_min : global_batch_resolved();
   }
   int batch_max_resolved() const {
-    return !goodput() ? global_batch_resolved() : train.batch_max > 0 ? train.batch_max : 8 * global_batch_resolved();
+    if (!goodput()) return global_batch_resolved();
+    if (train.batch_max > 0) return train.batch_max;
+    return int(std::min<int64_t>(8 * int64_t(global_batch_resolved()), INT32_MAX));  // checked: check_goodput
   }
   // Gradient accumulation at the largest batch (the pipeline's in-flight activations follow it).
   int grad_accum_max() const { return batch_max_resolved() / (train.micro_batch * parallel.dp); }

@@ -357,6 +357,13 @@ void check_goodput(const Recipe& r) {
       throw ConfigError(src + kv(r, key) + " (" + std::to_string(v) + " sequences) must be a multiple of " +
                         kv(r, "train.micro_batch") + " x dp=" + std::to_string(r.parallel.dp) + " = " +
                         std::to_string(unit));
+  if (int64_t(hi - lo) / unit > 100000)
+    throw ConfigError(src + "[" + kv(r, "train.batch_min") + ", " + kv(r, "train.batch_max") + "] holds " +
+                      std::to_string((int64_t(hi) - lo) / unit + 1) + " candidate batches (multiples of micro_batch x dp = " +
+                      std::to_string(unit) + "); at most 100001 are weighed: narrow the bounds");
+  if (r.train.steps > INT64_MAX / m0)
+    throw ConfigError(src + "the budget " + kv(r, "train.steps") + " x train.global_batch (" + std::to_string(m0) +
+                      ") sequences does not fit in 64 bits");
   if (!(lo <= m0 && m0 <= hi))
     throw ConfigError(src + "the bounds must hold the reference batch: " + kv(r, "train.batch_min") + " (" +
                       std::to_string(lo) + ") <= train.global_batch (" + std::to_string(m0) + ") <= " +

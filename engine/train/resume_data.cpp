@@ -38,7 +38,9 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
     notes->push_back("the global batch changed from " + std::to_string(saved.global_batch) + " to " +
                      std::to_string(now.global_batch) + " samples: continuing at sample " +
                      std::to_string(at.next_sample) + " of the stream (step " + std::to_string(at.next_step) +
-                     "), nothing skipped or repeated; the learning-rate schedule still counts steps");
+                     "), nothing skipped or repeated; " +
+                     (now.schedule_in_samples ? std::string("the learning-rate schedule follows the sequences trained")
+                                              : std::string("the learning-rate schedule still counts steps")));
   return at;
 }
 

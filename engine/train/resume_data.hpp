@@ -18,6 +18,7 @@ namespace loom {
 struct DataNow {
   uint64_t seed = 0;
   int64_t global_batch = 0, samples_per_epoch = 0;
+  bool schedule_in_samples = false;  // train.batch_policy goodput: the schedule follows sequences trained
 };
 
 // The loader state to start from. `notes` gets one line per change (for rank 0 to print).

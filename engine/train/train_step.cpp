@@ -87,7 +87,9 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
     r.reduce_s = optim_.reduce_seconds();
     r.backward_s = backward_s;
   }
-  if (small_ != SmallBatch::None) {
+  // One rank whose step has a single micro-batch (goodput's trimmed last step) has no smaller
+  // batch to compare with: nothing measured this step.
+  if (small_ == SmallBatch::DpReplica || (small_ == SmallBatch::FirstMicro && accum >= 2)) {
     // Each rank's gradient carries 1/(global tokens) per token: the small batch's mean gradient is
     // it times global / small (dp, or the micro-batches per step), and fp16's loss scale comes off.
     TraceRecorder::Span span(&trace_, "noise scale norm", "communication");

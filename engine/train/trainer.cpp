@@ -35,7 +35,11 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       groups_(groups),
       rank_(groups.world_rank()),
       batch_(r_),
-      goodput_timing_(timing_override(std::getenv("LOOM_GOODPUT_TIMING"))),
+      // Rank 0's setting for every rank (a launcher may not pass the variable to all of them):
+      // the ranks must decide alike.
+      goodput_timing_(timing_override(
+          parallel::broadcast_string(groups.world(), std::getenv("LOOM_GOODPUT_TIMING") ? std::getenv("LOOM_GOODPUT_TIMING") : "")
+              .c_str())),
       trace_(groups.world_rank()),
       faults_(FaultInjection::from_env()),
       started_(std::chrono::steady_clock::now()) {
@@ -92,7 +96,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   const std::string batch_note = resumed_.path.empty() ? "" : batch_.resume_at(resumed_.data.global_batch);
   if (rank_ == 0 && !batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
   step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
-  data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size())};
+  data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size()),
+                      batch_.adaptive()};
   LoaderState start;
   if (!resumed_.path.empty()) {
     std::vector<std::string> notes;
@@ -245,7 +250,7 @@ void Trainer::print_header() const {
 
 TrainSummary Trainer::run() {
   print_header();
-  nlohmann::json memory_start = reports_->report_memory(*model_, *optim_, layout_.micro_steps, "at start");
+  nlohmann::json memory_start = reports_->report_memory(*model_, *optim_, r_.grad_accum_max(), "at start");
   record_in_run_json("memory_start", std::move(memory_start));
   TrainSummary summary;
   summary.start_step = summary.steps = resumed_.steps_done;
@@ -345,7 +350,9 @@ TrainSummary Trainer::run() {
       last_wait = train_data_->wait_seconds();
     }
     // Before the checkpoint: it records the batch the next step trains at (a resume goes on there).
-    if (batch_.due(done) && !last) decide_batch(done);
+    // A stop (stop_at_step, a signal, max_minutes) still decides: the resumed run must go on at
+    // the batch an uninterrupted one would have.
+    if (batch_.due(done) && !at_end && !guard.too_many_bad()) decide_batch(done);
     if (!r_.checkpoint.dir.empty() && due(r_.checkpoint.every, done, last)) {
       const double save_s = save_checkpoint(done, summary, guard.first_bad_step());
       summary.resumable = true;
@@ -404,7 +411,7 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
   checkpointer_->wait();  // an async save must be complete before the run ends
   reports_->check_replicas(*model_);
   reports_->check_tied_embeddings(*model_);
-  nlohmann::json memory_end = reports_->report_memory(*model_, *optim_, layout_.micro_steps, "at the end");
+  nlohmann::json memory_end = reports_->report_memory(*model_, *optim_, r_.grad_accum_max(), "at the end");
   record_in_run_json("memory_end", std::move(memory_end));
   if (op_timer_ && rank_ == 0)
     std::printf("time per op over the run (LOOM_PROFILE_OPS=1):\n%s", op_timer_->report().c_str());

@@ -8,8 +8,12 @@
 #  - every decision is printed and recorded in run.json with its reason; metrics.jsonl logs each
 #    step's global_batch; the run trains exactly its budget, train.steps x 16 sequences;
 #  - the learning rate is the cosine schedule at (sequences trained / 16) times sqrt(M / 16);
-#  - a run stopped at step 150 (after the batch changed) and resumed makes the same decisions and
-#    the same losses, bit for bit, as the uninterrupted one (the sampler resumes mid-change);
+#  - a run stopped at step 160 (after the batch changed, and on a decision step: the decision is
+#    taken before the stop's checkpoint) and resumed makes the same decisions and the same
+#    losses, bit for bit, as the uninterrupted one (the sampler resumes mid-change);
+#  - on one rank, a last step trimmed to a single micro-batch (nothing smaller to measure the
+#    noise scale against) completes;
+#  - LOOM_GOODPUT_TIMING is rank 0's on every rank (the resumed half gives rank 1 another one);
 #  - recipes goodput cannot serve are refused at start, naming the key.
 #   goodput_batch.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
@@ -24,9 +28,14 @@ run() {  # name [extra args]
     --set log.dir="$WORK/$name" "$@" >> "$WORK/$name.out" 2>&1 || { cat "$WORK/$name.out"; fail "$name failed"; }
 }
 run full
-run split --set checkpoint.dir="$WORK/ck" --set train.stop_at_step=150
-grep -q "loom: trained 150 steps this session" "$WORK/split.out" || { cat "$WORK/split.out"; fail "the first part did not stop at 150"; }
-run split --set checkpoint.dir="$WORK/ck"
+run split --set checkpoint.dir="$WORK/ck" --set train.stop_at_step=160
+grep -q "loom: trained 160 steps this session" "$WORK/split.out" || { cat "$WORK/split.out"; fail "the first part did not stop at 160"; }
+# The resumed half with another LOOM_GOODPUT_TIMING on rank 1: rank 0's must be used everywhere
+# (else the ranks would decide differently, or hang on mismatched collectives).
+mpi -np 1 -x OMP_NUM_THREADS -x LOOM_GOODPUT_TIMING "$LOOM" train configs/tiny.yaml "${common[@]}" --set log.dir="$WORK/split" \
+  --set checkpoint.dir="$WORK/ck" : -np 1 -x OMP_NUM_THREADS env LOOM_GOODPUT_TIMING=1:1000 "$LOOM" train configs/tiny.yaml \
+  "${common[@]}" --set log.dir="$WORK/split" --set checkpoint.dir="$WORK/ck" >> "$WORK/split.out" 2>&1 ||
+  { cat "$WORK/split.out"; fail "the resumed half failed"; }
 grep "global batch .* -> " "$WORK/full.out" || { cat "$WORK/full.out"; fail "the batch never changed"; }
 python3 - "$WORK" <<'PY'
 import json, math, re, sys
@@ -64,14 +73,24 @@ assert changes and all("goodput" in d["reason"] and d["timing"] == "LOOM_GOODPUT
 assert all(d["t0_ms"] == 150 and d["t1_ms"] == 10 for d in dec), dec[0]
 for d in changes:
     assert gb[d["step"]] == d["to"] or d["step"] + 1 == len(full), (d, gb[d["step"]])
-# Stopped at 150 and resumed: the same steps, batches, losses and decisions.
+# Stopped at 160 and resumed: the same steps, batches, losses and decisions.
 assert len(split) == len(full), (len(split), len(full))
 for a, b in zip(full, split):
     assert (a["loss"], a["lr"], a["global_batch"], a["grad_norm"]) == (b["loss"], b["lr"], b["global_batch"], b["grad_norm"]), (a, b)
 s = json.load(open(f"{w}/split/run.json"))["sessions"]
 assert len(s) == 2 and s[0]["batch_decisions"] + s[1]["batch_decisions"] == dec, "the resumed run decided differently"
 print(f"{len(full)} steps for 300 x 16 sequences; batches {sorted(set(gb))}; {len(changes)} changes; "
-      f"stop at 150 + resume: identical")
+      f"stop at 160 + resume: identical")
+PY
+# One rank: 16 -> 24 at step 5 (a fixed cost of 100 s a step makes the largest batch best), then a
+# last step of 8 sequences, one micro-batch: it must complete (the noise scale skips that step).
+mpi -np 1 env LOOM_GOODPUT_TIMING=100000:1 "$LOOM" train configs/tiny.yaml "${common[@]}" --set train.batch_max=24 --set train.batch_every=5 \
+  --set train.steps=7 --set log.dir="$WORK/one" > "$WORK/one.out" 2>&1 || { cat "$WORK/one.out"; fail "one rank with a trimmed last step failed"; }
+python3 - "$WORK/one" <<'PY'
+import json, sys
+gb = [json.loads(l)["global_batch"] for l in open(f"{sys.argv[1]}/metrics.jsonl") if '"step"' in l]
+assert gb == [16] * 5 + [24, 8], gb
+print(f"one rank: batches {gb}")
 PY
 # Refused before training (loom config resolves the recipe for a world as loom train does), naming the key.
 refuse() {  # what, grep pattern, world, args
