@@ -57,25 +57,23 @@ int run_abort_hooks(double deadline_s) {
     for (auto& [id, h] : r.hooks) hooks.push_back(h);
   }
   if (hooks.empty()) return 0;
+  // One thread runs them in turn (NCCL advises against concurrent calls on one device's
+  // communicators); it is detached, so a hook that hangs holds up only the hooks after it.
   auto progress = std::make_shared<Progress>();
   progress->done.assign(hooks.size(), false);
-  for (size_t i = 0; i < hooks.size(); ++i) {
-    std::thread([progress, i, hook = hooks[i].second] {
+  std::thread([progress, hooks] {
+    for (size_t i = 0; i < hooks.size(); ++i) {
       try {
-        hook();
+        hooks[i].second();
       } catch (...) {
       }
       std::lock_guard<std::mutex> lk(progress->mu);
       progress->done[i] = true;
       progress->cv.notify_all();
-    }).detach();
-  }
+    }
+  }).detach();
   std::unique_lock<std::mutex> lk(progress->mu);
-  progress->cv.wait_for(lk, std::chrono::duration<double>(deadline_s), [&] {
-    for (bool d : progress->done)
-      if (!d) return false;
-    return true;
-  });
+  progress->cv.wait_for(lk, std::chrono::duration<double>(deadline_s), [&] { return progress->done.back(); });
   int finished = 0;
   std::string late;
   for (size_t i = 0; i < hooks.size(); ++i) {

@@ -17,10 +17,11 @@ namespace loom::parallel {
 int add_abort_hook(std::string what, std::function<void()> hook);
 void remove_abort_hook(int id);
 
-// Runs every registered hook once, in the order they were added, each on its own detached thread,
-// and waits for them at most `deadline_s` in all (an ncclCommAbort can itself block on a wedged
-// network). A hook that throws counts as done. Returns how many finished in time; prints one line
-// (stderr) naming those that did not. Only the first call runs anything (abort paths can race);
+// Runs every registered hook once, in the order they were added, one after the other on a
+// detached thread, and waits for them at most `deadline_s` in all (an ncclCommAbort can itself
+// block on a wedged network; a hook that hangs holds up the ones after it, not the abort). A hook
+// that throws counts as done. Returns how many finished in time; prints one line (stderr) naming
+// those that did not. Only the first call in a process runs anything (abort paths can race);
 // later calls return 0 at once. Safe from any thread.
 int run_abort_hooks(double deadline_s);
 

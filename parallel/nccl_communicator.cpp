@@ -5,8 +5,10 @@
 #include "parallel/watchdog.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -42,41 +44,61 @@ ncclDataType_t nccl_type(DType t) {
 }
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
 
-// What the requests of one communicator share: its handle and names, for the wait.
-struct CommInfo {
+// The communicator's handle and what its requests and its abort hook share, held by shared_ptr:
+// the hook runs on the abort path's thread, possibly while the communicator is being destroyed.
+// `mu` serialises every use of the handle (issuing operations, reading its asynchronous error,
+// the abort, the destroy), and `state` says which of the last two freed it: only one does.
+struct CommState {
+  enum State { Live, Aborted, Destroyed };
+  std::mutex mu;
   ncclComm_t comm = nullptr;
+  State state = Live;               // guarded by mu
+  std::atomic<bool> aborted{false};  // state == Aborted, readable without the lock
   std::string name;
   int channel = -1, rank = 0;
-  std::atomic<bool> aborted{false};
 };
 
+// After ncclCommAbort the communicator's kernels return early and every result is void; the
+// abort that called it ends the process within its deadline (bounded_abort.hpp). Continuing
+// would issue the next call on a freed handle.
+[[noreturn]] void park_until_the_abort_ends_the_process() {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 // The wait polls instead of cudaEventSynchronize: inside a Watchdog::Scope (a hung collective is
-// reported and aborts the job after parallel.timeout_s), and checking NCCL's asynchronous error,
-// which is how a peer's death or a network failure surfaces (the kernel would otherwise spin).
+// reported and aborts the job after parallel.timeout_s; the time includes the compute queued
+// ahead of the operation on the stream), and checking NCCL's asynchronous error, which is how a
+// peer's death or a network failure surfaces (the kernel would otherwise spin).
 struct EventRequest final : Request {
   cudaEvent_t ev = nullptr;
-  const CommInfo* info = nullptr;
+  std::shared_ptr<CommState> st;
   const char* op = "";
   bool collective = true;
   ~EventRequest() override {
     if (ev) cudaEventDestroy(ev);
   }
   void wait() override {
-    Watchdog::Scope scope(op, info->name.c_str(), info->channel, collective);
+    Watchdog::Scope scope(op, st->name.c_str(), st->channel, collective);
     // Spin for the first 200 us (a tensor-parallel all-reduce on the critical path often ends
     // within it), then poll every 20 us and leave the core to the other threads.
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
       const cudaError_t e = cudaEventQuery(ev);
+      if (st->aborted.load()) park_until_the_abort_ends_the_process();
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) cuda_check(e, "cudaEventQuery");
       if (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(200)) continue;
-      ncclResult_t async = ncclSuccess;
-      if (!info->aborted.load() && ncclCommGetAsyncError(info->comm, &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress)
-        throw std::runtime_error(std::string(op) + " on the " + info->name + " group failed on group rank " +
-                                 std::to_string(info->rank) + ": " + ncclGetErrorString(async) + " (" +
-                                 ncclGetLastError(info->comm) + ")");
+      std::string failed;
+      {
+        std::lock_guard<std::mutex> lk(st->mu);
+        ncclResult_t async = ncclSuccess;
+        if (st->state == CommState::Live && ncclCommGetAsyncError(st->comm, &async) == ncclSuccess &&
+            async != ncclSuccess && async != ncclInProgress)
+          failed = std::string(ncclGetErrorString(async)) + " (" + ncclGetLastError(st->comm) + ")";
+      }
+      if (!failed.empty())
+        throw std::runtime_error(std::string(op) + " on the " + st->name + " group failed on group rank " +
+                                 std::to_string(st->rank) + ": " + failed);
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -85,17 +107,17 @@ struct EventRequest final : Request {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm comm, int device, void* compute_stream, const std::string& name)
-      : compute_(static_cast<cudaStream_t>(compute_stream)) {
+      : st_(std::make_shared<CommState>()), compute_(static_cast<cudaStream_t>(compute_stream)) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
-    info_.name = name;
-    info_.rank = rank_;
+    st_->name = name;
+    st_->rank = rank_;
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
     ncclUniqueId id;
     if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", rank_);
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
-    nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank", rank_);
-    info_.comm = comm_;
+    nccl_check(ncclCommInitRank(&st_->comm, size_, id, rank_), "ncclCommInitRank", rank_);
+    comm_ = st_->comm;
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreate");
     // The members' world ranks: the watchdog names the ones a timed-out call waits for.
@@ -107,18 +129,29 @@ class NcclCommunicator final : public Communicator {
     MPI_Group_translate_ranks(group, size_, local.data(), world_group, world.data());
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
-    info_.channel = Watchdog::register_channel(info_.name.c_str(), world);
-    // ncclCommAbort may be called from another thread while this one waits on the stream: it
-    // makes the communicator's kernels return, so the wait (and the process) can end.
-    abort_hook_ = add_abort_hook("ncclCommAbort(" + name + ")", [info = &info_] {
-      if (!info->aborted.exchange(true)) ncclCommAbort(info->comm);
+    st_->channel = Watchdog::register_channel(st_->name.c_str(), world);
+    // The abort path's ncclCommAbort makes the communicator's kernels return, so the device is
+    // released and the process can end. It waits for an operation being issued (the lock); the
+    // abort's deadline bounds that wait if the issue itself hangs (connecting to a dead peer).
+    abort_hook_ = add_abort_hook("ncclCommAbort(" + name + ")", [st = st_] {
+      std::lock_guard<std::mutex> lk(st->mu);
+      if (st->state != CommState::Live) return;
+      st->state = CommState::Aborted;
+      st->aborted = true;
+      ncclCommAbort(st->comm);
     });
   }
   ~NcclCommunicator() override {
     remove_abort_hook(abort_hook_);
-    Watchdog::release_channel(info_.channel);
+    {
+      std::lock_guard<std::mutex> lk(st_->mu);
+      if (st_->state == CommState::Live) {
+        st_->state = CommState::Destroyed;
+        ncclCommDestroy(st_->comm);
+      }
+    }
+    Watchdog::release_channel(st_->channel);
     if (computed_) cudaEventDestroy(computed_);
-    if (comm_ && !info_.aborted.load()) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
   }
   std::string backend() const override { return "nccl"; }
@@ -130,7 +163,7 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(TypedPtr buf, size_t n, ReduceOp op) override { iall_reduce(buf, n, op)->wait(); }
   RequestPtr iall_reduce(TypedPtr buf, size_t n, ReduceOp op) override {
     check_reduce_dtype(buf.dtype, "all_reduce");
-    after_compute();
+    Issue issue(*this, "all_reduce");
     nccl_check(ncclAllReduce(buf.data, buf.data, n, nccl_type(buf.dtype), nccl_op(op), comm_, stream_),
                "ncclAllReduce", rank_);
     return record("all_reduce");
@@ -140,7 +173,7 @@ class NcclCommunicator final : public Communicator {
   }
   RequestPtr ireduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) override {
     check_same_dtype(send.dtype, recv.dtype, "reduce_scatter");
-    after_compute();
+    Issue issue(*this, "reduce_scatter");
     if (equal_parts(counts)) {  // ZeRO's shards are equal except where a tensor's end cuts them
       nccl_check(ncclReduceScatter(send.data, recv.data, counts[0], nccl_type(send.dtype), ncclSum, comm_, stream_),
                  "ncclReduceScatter", rank_);
@@ -160,7 +193,7 @@ class NcclCommunicator final : public Communicator {
   }
   void all_gather(TypedPtr buf, const std::vector<size_t>& counts) override { iall_gather(buf, counts)->wait(); }
   RequestPtr iall_gather(TypedPtr buf, const std::vector<size_t>& counts) override {
-    after_compute();
+    Issue issue(*this, "all_gather");
     if (equal_parts(counts)) {  // in place: this rank's part is already at its offset
       const void* mine = (buf + counts[0] * size_t(rank_)).data;
       nccl_check(ncclAllGather(mine, buf.data, counts[0], nccl_type(buf.dtype), comm_, stream_), "ncclAllGather",
@@ -180,27 +213,31 @@ class NcclCommunicator final : public Communicator {
     return record("all_gather");
   }
   void broadcast(TypedPtr buf, size_t n, int root) override {
-    after_compute();
-    nccl_check(ncclBroadcast(buf.data, buf.data, n, nccl_type(buf.dtype), root, comm_, stream_), "ncclBroadcast",
-               rank_);
-    record("broadcast")->wait();
+    RequestPtr done;
+    {
+      Issue issue(*this, "broadcast");
+      nccl_check(ncclBroadcast(buf.data, buf.data, n, nccl_type(buf.dtype), root, comm_, stream_), "ncclBroadcast",
+                 rank_);
+      done = record("broadcast");
+    }
+    done->wait();  // outside the issue's lock: an abort must be able to take it
   }
   void send(ConstTypedPtr buf, size_t n, int peer, int tag) override { isend(buf, n, peer, tag)->wait(); }
   void recv(TypedPtr buf, size_t n, int peer, int tag) override { irecv(buf, n, peer, tag)->wait(); }
   RequestPtr isend(ConstTypedPtr buf, size_t n, int peer, int /*tag: NCCL orders by issue*/) override {
-    after_compute();
+    Issue issue(*this, "send");
     nccl_check(ncclSend(buf.data, n, nccl_type(buf.dtype), peer, comm_, stream_), "ncclSend", rank_);
     return record("send", false);
   }
   RequestPtr irecv(TypedPtr buf, size_t n, int peer, int /*tag*/) override {
-    after_compute();
+    Issue issue(*this, "recv");
     nccl_check(ncclRecv(buf.data, n, nccl_type(buf.dtype), peer, comm_, stream_), "ncclRecv", rank_);
     return record("recv", false);
   }
   // NCCL's send and receive each wait for the peer's matching call: issued one by one, two
   // stages that both send first would wait for each other for ever. One group issues them all.
   RequestPtr itransfers(const std::vector<Transfer>& batch) override {
-    after_compute();
+    Issue issue(*this, "send/recv");
     nccl_check(ncclGroupStart(), "ncclGroupStart", rank_);
     for (const Transfer& t : batch) {
       if (t.kind == Transfer::Send)
@@ -223,6 +260,23 @@ class NcclCommunicator final : public Communicator {
     return int(counts.size()) == size_ && counts[0] > 0 &&
            std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; });
   }
+  // Issuing an operation: in an uncounted watchdog scope (NCCL may connect to the peers here,
+  // which blocks on a dead one) and under the state's lock (an abort waits for the issue; after
+  // an abort nothing more is issued), after the compute stream's queued work.
+  class Issue {
+   public:
+    Issue(NcclCommunicator& c, const char* op) : scope_(op, c.st_->name.c_str()), lk_(c.st_->mu) {
+      if (c.st_->state != CommState::Live) {
+        lk_.unlock();
+        park_until_the_abort_ends_the_process();
+      }
+      c.after_compute();
+    }
+
+   private:
+    Watchdog::Scope scope_;
+    std::unique_lock<std::mutex> lk_;
+  };
   // The communicator's stream waits for the compute stream's queued work.
   void after_compute() {
     if (!compute_) return;
@@ -231,7 +285,7 @@ class NcclCommunicator final : public Communicator {
   }
   RequestPtr record(const char* op, bool collective = true) {
     auto r = std::make_unique<EventRequest>();
-    r->info = &info_;
+    r->st = st_;
     r->op = op;
     r->collective = collective;
     cuda_check(cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming), "cudaEventCreate");
@@ -239,7 +293,7 @@ class NcclCommunicator final : public Communicator {
     return r;
   }
   int rank_ = 0, size_ = 1;
-  CommInfo info_;
+  std::shared_ptr<CommState> st_;
   int abort_hook_ = -1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;

@@ -5,6 +5,8 @@
 // runs of equal rows), so the backward never waits for the host: it used to copy the token ids
 // back and sort them there, synchronising the stream every step. out, wte, wpe and dout in the
 // compute dtype; dwte and dwpe fp32 (accumulated), sums in fp32.
+#include <algorithm>
+
 #include <cub/cub.cuh>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -32,9 +34,11 @@ template <typename Tp>
 __global__ void encoder_backward_wpe_kernel(float* dwpe, const Tp* dout, int B, int T, int C) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (t, c)
   if (i >= size_t(T) * C) return;
-  float s = 0;
+  // From the value already there, position by position, as the CPU reference adds: the same bits
+  // when gradients accumulate over micro-batches.
+  float s = dwpe[i];
   for (int b = 0; b < B; ++b) s += load(dout[size_t(b) * T * C + i]);
-  dwpe[i] += s;
+  dwpe[i] = s;
 }
 
 // Position p's sort key: its row of this rank's vocabulary slice, or vocab_rows for a token
@@ -61,9 +65,9 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const Tp* dout, const i
   const int begin = run_begins[k], end = begin + run_lengths[k];
   float* dst = dwte + size_t(run_rows[k]) * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float s = 0;
+    float s = dst[c];  // from the value there, in position order, as the CPU reference adds
     for (int p = begin; p < end; ++p) s += load(dout[size_t(sorted_pos[p]) * C + c]);
-    dst[c] += s;
+    dst[c] = s;
   }
 }
 
@@ -116,9 +120,11 @@ void encoder_backward(float* dwte, float* dwpe, ConstTypedPtr dout, const int32_
   const Workspace ws = ctx.workspace(std::max(sort_bytes, std::max(rle_bytes, scan_bytes)));
   LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.ptr, sort_bytes, keys, sorted_keys, pos, sorted_pos, N, 0,
                                                   end_bit, stream));
+  // The scan below reads all N lengths; those past the number of runs are zeros, not garbage
+  // (harmless either way, but compute-sanitizer's initcheck would report it).
+  LOOM_CUDA_CHECK(cudaMemsetAsync(run_lengths, 0, size_t(N) * sizeof(int32_t), stream));
   LOOM_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(ws.ptr, rle_bytes, sorted_keys, run_rows, run_lengths, num_runs,
                                                      N, stream));
-  // Runs past num_runs hold stale lengths: their begins are never read.
   LOOM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(ws.ptr, scan_bytes, run_lengths, run_begins, N, stream));
   dispatch_act("encoder_backward", dt, [&](auto tag) {
     using Tp = decltype(tag);

@@ -74,8 +74,8 @@ class Context {
 #include "kernels/backend_ops.def"
 
 // Where a .cu file departs from the plain one-kernel pattern:
-//   encoder.cu    backward buckets the positions by token on the host (tokens are small, and the
-//                 stream is synchronised to read them), then sums each bucket in order on the device.
+//   encoder.cu    backward buckets the positions by token on the device (CUB: stable radix sort,
+//                 run-length encoding, scan), then sums each bucket in position order.
 //   matmul.cu     cuBLASLt with fp32 compute, A/B in the compute dtype, dW in fp32; the bias
 //                 gradient by deterministic column sums.
 //   attention.cu  fused causal attention (online softmax; no T x T matrix in memory): `saved`

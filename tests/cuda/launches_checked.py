@@ -3,7 +3,7 @@
 error check, and with LOOM_CUDA_SYNC_CHECK=1 the run's): a launch left unchecked would let a bad
 configuration fail silently, or surface later at an unrelated call. Runs without a GPU.
   launches_checked.py SRC
-A launch is `name<<<...>>>(...);`; a check must follow it before the end of the enclosing
+A launch is `name<<<...>>>(...);` or a cudaLaunchKernel call (comments ignored); a check must follow it before the end of the enclosing
 function (a line starting with '}'): a dtype switch may launch in several branches and check
 once after them."""
 import glob, os, re, sys
@@ -11,13 +11,16 @@ import glob, os, re, sys
 src = sys.argv[1]
 bad, total = [], 0
 for path in sorted(glob.glob(os.path.join(src, "kernels/cuda/*.cu")) + glob.glob(os.path.join(src, "kernels/cuda/*.cuh"))):
-    lines = open(path).read().split("\n")
+    text = open(path).read()
+    # Block comments blanked (newlines kept, so line numbers stay), then line comments.
+    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+    lines = [l.split("//")[0] for l in text.split("\n")]
     for i, line in enumerate(lines):
-        if "<<<" not in line or line.strip().startswith("//"):
+        if "<<<" not in line and not re.search(r"\bcudaLaunch(Cooperative)?Kernel(Ex)?\s*\(", line):
             continue
         total += 1
         j = i
-        while ";" not in lines[j]:
+        while j + 1 < len(lines) and ";" not in lines[j]:
             j += 1
         ok = False
         for k in range(j, len(lines)):
