@@ -1,6 +1,7 @@
 #include "parallel/mpi_communicator.hpp"
 
 #include "parallel/mpi_check.hpp"
+#include "parallel/mpi_world.hpp"
 
 #include "parallel/watchdog.hpp"
 
@@ -162,14 +163,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::m
     ring_ = default_ring_options(node_size == size_);
   }
   // The members' world ranks, so that a timed-out call can name the members that never came.
-  std::vector<int> local(static_cast<size_t>(size_)), world(static_cast<size_t>(size_), -1);
-  for (int i = 0; i < size_; ++i) local[size_t(i)] = i;
-  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
-  MPI_Comm_group(comm_, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  MPI_Group_translate_ranks(group, size_, local.data(), world_group, world.data());
-  MPI_Group_free(&group);
-  MPI_Group_free(&world_group);
+  const std::vector<int> world = world_ranks(comm_);
   channel_ = Watchdog::register_channel(name_.c_str(), world);
   worker_channel_ = Watchdog::register_channel(name_.c_str(), world);
   worker_ = std::thread([this] { worker_loop(); });

@@ -12,6 +12,20 @@
 
 namespace loom::parallel {
 
+std::vector<int> world_ranks(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<int> local(size_t(size), 0), world(size_t(size), -1);
+  for (int i = 0; i < size; ++i) local[size_t(i)] = i;
+  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_translate_ranks(group, size, local.data(), world_group, world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return world;
+}
+
 MpiWorld::MpiWorld(int* argc, char*** argv) {
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);

@@ -5,8 +5,13 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 namespace loom::parallel {
+
+// The MPI_COMM_WORLD rank of each member of `comm`, in `comm`'s rank order (a communicator's
+// watchdog channel: a timed-out call names the members that never came).
+std::vector<int> world_ranks(MPI_Comm comm);
 
 // Every rank of `comm` passes its own error ("" = none). Collective: returns on every rank the
 // error of the lowest-numbered failing rank, prefixed with that rank when not every rank failed

@@ -2,6 +2,7 @@
 
 #include "parallel/abort_hooks.hpp"
 #include "parallel/comm_bench.hpp"
+#include "parallel/mpi_world.hpp"
 #include "parallel/watchdog.hpp"
 
 #include <algorithm>
@@ -121,15 +122,7 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreate");
     // The members' world ranks: the watchdog names the ones a timed-out call waits for.
-    std::vector<int> local(size_t(size_), 0), world(size_t(size_), -1);
-    for (int i = 0; i < size_; ++i) local[size_t(i)] = i;
-    MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
-    MPI_Comm_group(comm, &group);
-    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-    MPI_Group_translate_ranks(group, size_, local.data(), world_group, world.data());
-    MPI_Group_free(&group);
-    MPI_Group_free(&world_group);
-    st_->channel = Watchdog::register_channel(st_->name.c_str(), world);
+    st_->channel = Watchdog::register_channel(st_->name.c_str(), world_ranks(comm));
     // The abort path's ncclCommAbort makes the communicator's kernels return, so the device is
     // released and the process can end. It waits for an operation being issued (the lock); the
     // abort's deadline bounds that wait if the issue itself hangs (connecting to a dead peer).
