@@ -157,9 +157,9 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     const ParamTable table = gpt_param_table(shape, 0, tp, spec);
     const double P = double(table.total());
     largest_params = std::max(largest_params, table.total());
-    // train.batch_policy goodput: the trainer holds the in-flight activations of the largest batch.
-    const int max_batch = r.goodput() ? (r.train.batch_max > 0 ? r.train.batch_max : 8 * global) : global;
-    const int in_flight = parallel::pipeline_in_flight(s, pp, std::max(accum, max_batch / (B * dp)));
+    // The trainer allocates the in-flight activations of its largest accumulation (goodput's
+    // train.batch_max; the fixed batch's otherwise).
+    const int in_flight = parallel::pipeline_in_flight(s, pp, std::max(accum, staged.grad_accum_max()));
     // The backends' attention_saved_bytes: the CPU keeps the probabilities in the compute dtype,
     // CUDA the fp32 log-sum-exp.
     const size_t att_saved = cl.device.cpu ? size_t(B) * (m.n_head / tp) * T * T * act_bytes

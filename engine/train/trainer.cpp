@@ -197,57 +197,6 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
 
 Trainer::~Trainer() { parallel::Watchdog::stop(); }
 
-void Trainer::print_header() const {
-  if (rank_ != 0) return;
-  const auto& m = r_.model;
-  std::printf("loom: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d | %.2fM params on rank 0 | "
-              "global batch %d = micro %d x accum %d x dp %d | %llu samples per epoch | backend %s, peak %.1f "
-              "GFLOP/s | zero %d: optimizer state %.2f MB per rank, %zu gradient buckets\n",
-              m.n_layer, m.n_head, m.d_model, m.vocab_size, model_->shape().vocab_pad, m.seq_len,
-              model_->num_params() / 1e6, r_.global_batch_resolved(), r_.train.micro_batch, layout_.micro_steps,
-              r_.parallel.dp, (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(),
-              peak_flops_ / 1e9, optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
-  if (batch_.adaptive()) {
-    const GoodputBounds& b = batch_.bounds();
-    std::printf("loom: batch policy goodput: the global batch is chosen in [%lld, %lld] (multiples of %lld) every %lld "
-                "steps, now %lld; learning rate x %s rule against %lld; budget %lld sequences (train.steps %lld x "
-                "%lld); step time %s\n",
-                (long long)b.min, (long long)b.max, (long long)b.unit, (long long)r_.train.batch_every,
-                (long long)batch_.batch(), r_.train.batch_lr_rule.c_str(), (long long)b.reference,
-                (long long)(r_.train.steps * b.reference), (long long)r_.train.steps, (long long)b.reference,
-                goodput_timing_.valid() ? "fixed by LOOM_GOODPUT_TIMING" : "measured");
-  }
-  if (model_->shape().lora.on()) {
-    // The memory report LoRA is for: what trains (master, gradients, optimizer state) against the
-    // frozen base (weights only).
-    const LoraSpec& l = model_->shape().lora;
-    std::printf("loom: LoRA rank %d, alpha %g (scale %g), targets %s: %.3fM trainable parameters on rank 0 "
-                "(master + gradients %.2f MB, optimizer state %.2f MB); frozen base %.2fM parameters, %.2f MB (%s, "
-                "no gradients, no optimizer state)\n",
-                l.rank, l.alpha, l.scale(), r_.lora.targets.c_str(), model_->num_params() / 1e6,
-                (model_->param_bytes() + model_->grad_bytes()) / 1e6, optim_->state_bytes() / 1e6,
-                model_->frozen_table().total() / 1e6, model_->frozen_bytes() / 1e6,
-                r_.lora.quantize == "none" ? dtype_name(compute_) : r_.lora.quantize.c_str());
-  }
-  if (compute_ != DType::f32) {
-    char scale[64] = "";
-    if (scaler_->enabled()) std::snprintf(scale, sizeof scale, "; dynamic loss scale from %g", scaler_->scale());
-    std::printf("loom: precision %s: fp32 master weights, gradients and optimizer state; %s weights copy and "
-                "activations%s; gradients reduced in %s\n",
-                dtype_name(compute_), dtype_name(compute_), scale, r_.parallel.grad_reduce_dtype.c_str());
-  }
-  if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
-  // mpirun gives the ranks only odls_base_sigkill_timeout (Open MPI's default) after it receives
-  // SIGTERM or Ctrl-C: too little to finish a step and save. Said once, with what works.
-  if (const double grace = parallel::mpirun_kill_grace_s(); !r_.checkpoint.dir.empty() && grace >= 0 && grace < 60)
-    std::printf("loom: note: SIGTERM or Ctrl-C to mpirun gives the ranks %.0f s before it kills them "
-                "(odls_base_sigkill_timeout), too little to finish a step and save; to stop with a checkpoint, send "
-                "SIGUSR1 to mpirun (kill -USR1 PID): the job saves at the end of the step and exits 75 "
-                "(docs/runs.md)\n",
-                grace);
-  std::fflush(stdout);
-}
-
 TrainSummary Trainer::run() {
   print_header();
   nlohmann::json memory_start = reports_->report_memory(*model_, *optim_, r_.grad_accum_max(), "at start");

@@ -10,6 +10,9 @@
 //   evaluation     the validation loss
 //   rank_reports   straggler/memory/GPU health, replica and tied-embedding checks
 //   step_logger    metrics.jsonl, TensorBoard, the progress line
+//   batch_controller  the global batch of each step (train.batch_policy goodput)
+// and the Trainer's own members in trainer_*.cpp: buckets (bucket_mb auto), batch (goodput's
+// decisions), run_record (run.json), header (the start-of-run summary).
 #include <chrono>
 #include <memory>
 #include <string>
