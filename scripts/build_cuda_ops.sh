@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds only the CUDA backend and its checks: loom_kernels (the CPU reference they compare
-# against), libloom_cuda.so, tests/test_cuda_ops, tests/test_cuda_flash_attention and
-# tests/bench_cuda_ops, into build-gpu/ (or
+# against), libloom_cuda.so, tests/test_cuda_ops, tests/test_cuda_flash_attention,
+# tests/bench_cuda_ops, compare_cuda_training and bench_gpt_training, into build-gpu/ (or
 # $LOOM_BUILD_DIR). Needs the CUDA toolkit, a C++ compiler with OpenMP, Eigen 3.4 and Catch2 2.x
 # (found the CMake way): no MPI, HDF5, yaml-cpp, CLI11 or OpenBLAS. For a bare GPU machine, make
 # a relocatable prefix of Eigen and Catch2 here, carry it there, and point this script at it:
@@ -12,6 +12,7 @@
 #   build-gpu/tests/test_cuda_ops && build-gpu/tests/test_cuda_flash_attention
 #   compute-sanitizer --tool memcheck build-gpu/tests/test_cuda_ops
 #   build-gpu/tests/bench_cuda_ops && python3 scripts/torch_ops_bench.py
+# scripts/gpu_check.sh runs all of it, in three stages that each fit one device call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${LOOM_BUILD_DIR:-build-gpu}
@@ -34,4 +35,4 @@ done
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_TESTS=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=${LOOM_CUDA_ARCHS:-90}" ${cmake_args[@]+"${cmake_args[@]}"}
 cmake --build "$build" -j "$(nproc)" --target test_cuda_ops test_cuda_flash_attention bench_cuda_ops \
-  compare_cuda_training
+  compare_cuda_training bench_gpt_training

@@ -51,6 +51,10 @@ GRAD_CLIP = 1.5
 # ---- model --------------------------------------------------------------------------------
 
 class CausalSelfAttention(nn.Module):
+    # True: F.scaled_dot_product_attention (PyTorch >= 2.0; flash/memory-efficient kernels on a
+    # GPU) instead of the explicit softmax below. Off for the golden files; benchmarks set it.
+    use_sdpa = False
+
     def __init__(self, d_model, n_head):
         super().__init__()
         assert d_model % n_head == 0
@@ -66,6 +70,9 @@ class CausalSelfAttention(nn.Module):
         q = q.view(b, t, self.n_head, hs).transpose(1, 2)
         k = k.view(b, t, self.n_head, hs).transpose(1, 2)
         v = v.view(b, t, self.n_head, hs).transpose(1, 2)
+        if self.use_sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.proj(y.transpose(1, 2).reshape(b, t, c))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)

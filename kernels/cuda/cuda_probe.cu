@@ -30,4 +30,13 @@ DeviceProbe probe_devices() {
   return p;
 }
 
+long long device_memory_used_bytes() {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return static_cast<long long>(total_b - free_b);
+}
+
 }  // namespace loom::cuda

@@ -13,4 +13,9 @@ struct DeviceProbe {
 
 DeviceProbe probe_devices();
 
+// Bytes in use on the current device (cudaMemGetInfo: total - free, every process and context
+// included), or -1 if the runtime cannot say. Loom allocates its buffers up front and frees
+// nothing while it trains, so the figure after some steps is its peak (benchmarks report it).
+long long device_memory_used_bytes();
+
 }  // namespace loom::cuda

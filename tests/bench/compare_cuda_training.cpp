@@ -2,9 +2,10 @@
 // vocabulary 257, T 64, micro-batch 8) on the CPU backend (fp32) and the CUDA backend (fp32 and
 // bf16), side by side from the same initial weights on the same batches: the model, AdamW, the
 // gradient clipping and the warmup+cosine schedule of a real run, without MPI or the trainer
-// (so it builds on a bare GPU machine, next to test_cuda_ops). Not a test: run it by hand on a
-// GPU and read the table; the fp32 losses should agree to ~1e-5 relative at first and drift
-// apart only slowly (different summation orders), the bf16 ones stay within a few percent.
+// (so it builds on a bare GPU machine, next to test_cuda_ops). Run by hand on a GPU (or by
+// scripts/gpu_check.sh): it exits 1 unless the fp32 losses agree within 1e-4 relative over the
+// first 50 steps (they drift apart only slowly, from different summation orders, and the table
+// shows later steps too); the bf16 ones stay within a few percent.
 //   build-gpu/tests/compare_cuda_training [text file, bytes as tokens] [steps] [full|lora|qlora] [heads]
 // lora: rank-8 adapters on every linear layer with dropout 0.1, the base frozen (random); qlora:
 // the same with the base's block weights in NF4. heads: 4 by default (head size 32, the row
@@ -128,13 +129,14 @@ int main(int argc, char** argv) {
   std::printf("%6s", "step");
   for (const Run& r : runs) std::printf(" %14s", (r.name + " loss").c_str());
   std::printf(" %12s %12s %12s\n", "fp32 rel", "bf16 rel", "norm rel");
-  double worst32 = 0, worst16 = 0;
+  double worst32 = 0, worst16 = 0, worst32_first50 = 0;
   for (int s = 0; s < steps; ++s) {
     const double ref = runs[0].loss[size_t(s)];
     const double d32 = std::fabs(runs[1].loss[size_t(s)] - ref) / std::fabs(ref);
     const double d16 = std::fabs(runs[2].loss[size_t(s)] - ref) / std::fabs(ref);
     const double dn = std::fabs(runs[1].norm[size_t(s)] - runs[0].norm[size_t(s)]) / std::fabs(runs[0].norm[size_t(s)]);
     worst32 = std::max(worst32, d32);
+    if (s < 50) worst32_first50 = std::max(worst32_first50, d32);
     worst16 = std::max(worst16, d16);
     if (s < 5 || s % 10 == 9 || s == steps - 1) {
       std::printf("%6d", s + 1);
@@ -181,5 +183,10 @@ int main(int argc, char** argv) {
   const bool finite = std::all_of(runs.begin(), runs.end(), [](const Run& r) {
     return std::all_of(r.loss.begin(), r.loss.end(), [](double x) { return std::isfinite(x); });
   });
-  return finite ? 0 : 1;
+  // The criterion for the CUDA backend in fp32: 50 steps within 1e-4 (relative) of the
+  // CPU's losses. Later steps may drift further (summation orders compound); they are printed.
+  const bool close = worst32_first50 <= 1e-4;
+  std::printf("%s: cuda fp32 loss within %.3e of cpu fp32 over the first %d steps (criterion 1e-4)%s\n",
+              close ? "PASS" : "FAIL", worst32_first50, std::min(steps, 50), finite ? "" : "; a loss is not finite");
+  return finite && close ? 0 : 1;
 }
