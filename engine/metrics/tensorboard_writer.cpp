@@ -1,6 +1,9 @@
 #include "engine/metrics/tensorboard_writer.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <chrono>
 #include <cmath>
@@ -109,17 +112,24 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resume_step
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   const double t = now_s();
-  char name[400];
-  std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%d.0", (long long)t, host, int(getpid()));
-  path_ = (std::filesystem::path(dir) / name).string();
-  f_ = std::fopen(path_.c_str(), "wb");
-  if (!f_) throw std::runtime_error(path_ + ": cannot create the TensorBoard event file (log.dir)");
+  // Always a new file, never one that is there: a second writer of this process in the same
+  // second (a run restarted in-process) takes the next last field, .1, .2, ...
+  for (int k = 0; k < 1000; ++k) {
+    char name[400];
+    std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%d.%d", (long long)t, host, int(getpid()), k);
+    path_ = (std::filesystem::path(dir) / name).string();
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ >= 0 || errno != EEXIST) break;
+  }
+  if (fd_ < 0)
+    throw std::runtime_error(path_ + ": cannot create the TensorBoard event file: " + std::strerror(errno) +
+                             " (log.dir)");
   write(tb::encode_file_version_event(t));
   if (resume_step > 0) write(tb::encode_session_start_event(t, resume_step));
 }
 
 TensorBoardWriter::~TensorBoardWriter() {
-  if (f_) std::fclose(f_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void TensorBoardWriter::scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
@@ -129,10 +139,28 @@ void TensorBoardWriter::scalars(int64_t step, const std::vector<std::pair<std::s
   write(tb::encode_scalars_event(now_s(), step, finite));
 }
 
+// Unbuffered, so TensorBoard sees each step while the run is going. A record is written whole
+// or not at all: a torn one would make TensorBoard's reader stop there and hide every later step,
+// so a failed write cuts the file back to its last complete record before it throws.
 void TensorBoardWriter::write(const std::string& event) {
   const std::string r = tb::frame_record(event);
-  std::fwrite(r.data(), 1, r.size(), f_);
-  std::fflush(f_);  // TensorBoard reads the file while the run is going
+  size_t done = 0;
+  while (done < r.size()) {
+    const ssize_t n = ::write(fd_, r.data() + done, r.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      if (done > 0) {
+        const int rc = ::ftruncate(fd_, size_);  // best effort: the error below is the one to report
+        (void)rc;
+        ::lseek(fd_, size_, SEEK_SET);
+      }
+      throw std::runtime_error(path_ + ": write failed: " + std::strerror(err) +
+                               " (log.dir; the file ends with the last complete record)");
+    }
+    done += size_t(n);
+  }
+  size_ += off_t(r.size());
 }
 
 }  // namespace loom

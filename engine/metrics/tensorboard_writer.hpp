@@ -8,6 +8,8 @@
 // The few protobuf fields needed are encoded by hand (encode_* below, checked against bytes
 // produced by TensorBoard's own writer in the unit tests).
 #include <cstdint>
+#include <sys/types.h>
+
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -30,7 +32,8 @@ uint32_t masked_crc32c(const void* data, size_t n);
 
 class TensorBoardWriter {
  public:
-  // Opens a new events.out.tfevents.<unix seconds>.<host>.<pid>.0 in `dir` (created if needed)
+  // Creates a new events.out.tfevents.<unix seconds>.<host>.<pid>.<n> in `dir` (created if needed;
+  // n is 0 unless this process made one in the same second: never an existing file)
   // and writes the file_version record; `resume_step` > 0 also writes a session start there.
   TensorBoardWriter(const std::string& dir, int64_t resume_step = 0);
   ~TensorBoardWriter();
@@ -38,13 +41,16 @@ class TensorBoardWriter {
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   // Non-finite values are skipped (TensorBoard would plot them as gaps or break the axis).
+  // Throws std::runtime_error naming the file and the reason when the write fails (a full
+  // disk); the file then still ends with its last complete record.
   void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
   const std::string& path() const { return path_; }
 
  private:
   void write(const std::string& event);
   std::string path_;
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
+  off_t size_ = 0;  // bytes of complete records
 };
 
 }  // namespace loom

@@ -3,11 +3,13 @@
 // lock (DirLock) and metrics.jsonl's append-only rules.
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +44,37 @@ TEST_CASE("TensorBoard records match TensorBoard's own bytes") {
   CHECK(start == "0900000040fc54d94110143a020801");
 }
 
+namespace {
+// The events of a TensorBoard file, each record's framing and checksums checked; `complete` is
+// false if the file ends inside a record.
+std::vector<std::string> read_events(const std::string& path, bool* complete = nullptr) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string all = ss.str();
+  std::vector<std::string> events;
+  size_t at = 0;
+  if (complete) *complete = true;
+  while (at < all.size()) {
+    uint64_t len = 0;
+    if (at + 12 > all.size() || (std::memcpy(&len, all.data() + at, 8), at + 12 + len + 4 > all.size())) {
+      if (!complete) FAIL(path + " ends inside a record");
+      *complete = false;
+      break;
+    }
+    uint32_t len_crc, data_crc;
+    std::memcpy(&len_crc, all.data() + at + 8, 4);
+    CHECK(len_crc == tb::masked_crc32c(all.data() + at, 8));
+    const std::string ev = all.substr(at + 12, len);
+    std::memcpy(&data_crc, all.data() + at + 12 + len, 4);
+    CHECK(data_crc == tb::masked_crc32c(ev.data(), ev.size()));
+    events.push_back(ev);
+    at += 12 + len + 4;
+  }
+  return events;
+}
+}  // namespace
+
 TEST_CASE("A TensorBoard event file reads back: framing, checksums, steps and values") {
   const auto dir = std::filesystem::temp_directory_path() / "loom_test_tb";
   std::filesystem::remove_all(dir);
@@ -53,26 +86,7 @@ TEST_CASE("A TensorBoard event file reads back: framing, checksums, steps and va
     path = w.path();
   }
   CHECK(std::filesystem::path(path).filename().string().rfind("events.out.tfevents.", 0) == 0);
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string all = ss.str();
-  std::vector<std::string> events;
-  size_t at = 0;
-  while (at < all.size()) {
-    REQUIRE(at + 12 <= all.size());
-    uint64_t len;
-    uint32_t len_crc, data_crc;
-    std::memcpy(&len, all.data() + at, 8);
-    std::memcpy(&len_crc, all.data() + at + 8, 4);
-    CHECK(len_crc == tb::masked_crc32c(all.data() + at, 8));
-    REQUIRE(at + 12 + len + 4 <= all.size());
-    const std::string ev = all.substr(at + 12, len);
-    std::memcpy(&data_crc, all.data() + at + 12 + len, 4);
-    CHECK(data_crc == tb::masked_crc32c(ev.data(), ev.size()));
-    events.push_back(ev);
-    at += 12 + len + 4;
-  }
+  const std::vector<std::string> events = read_events(path);
   REQUIRE(events.size() == 4);  // file_version, session start, two steps
   CHECK(events[0].find("brain.Event:2") != std::string::npos);
   CHECK(events[1].substr(9) == std::string("\x10\x05\x3a\x02\x08\x01", 6));  // step 5, START
@@ -82,6 +96,57 @@ TEST_CASE("A TensorBoard event file reads back: framing, checksums, steps and va
   CHECK(events[2].find("lr") != std::string::npos);
   CHECK(events[2].find("nan_is_skipped") == std::string::npos);
   CHECK(events[3].substr(9) == tb::encode_scalars_event(0, 6, {{"loss", 2.0f}}).substr(9));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("TensorBoard writers never reuse a file, even two in one second of one process") {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_test_tb_new_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::string first, second;
+  {
+    TensorBoardWriter a(dir.string());
+    a.scalars(1, {{"loss", 3.0}});
+    first = a.path();
+    TensorBoardWriter b(dir.string());  // most likely the same second: a new last field
+    second = b.path();
+  }
+  CHECK(first != second);
+  CHECK(read_events(first).size() == 2);  // a's step survived b's creation
+  CHECK(read_events(second).size() == 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("TensorBoard on a full disk: the write throws, naming the file, and no record is torn") {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_test_tb_full_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  TensorBoardWriter w(dir.string());
+  w.scalars(1, {{"loss", 3.0}});
+  const auto before = std::filesystem::file_size(w.path());
+  // The process may write 40 bytes past the file's end: a record of many scalars gets a partial
+  // write, then EFBIG, as a disk that fills mid-record would. (SIGXFSZ ignored, limits restored.)
+  struct rlimit old_limit {};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+  const auto old_signal = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old_limit;
+  small.rlim_cur = rlim_t(before + 40);
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string message;
+  try {
+    std::vector<std::pair<std::string, double>> many;
+    for (int i = 0; i < 20; ++i) many.emplace_back("metric_" + std::to_string(i), i);
+    w.scalars(2, many);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_signal);
+  CHECK(message.find(w.path() + ": write failed: File too large") != std::string::npos);
+  CHECK(std::filesystem::file_size(w.path()) == before);  // cut back to the last whole record
+  bool complete = false;
+  CHECK(read_events(w.path(), &complete).size() == 2);
+  CHECK(complete);
+  w.scalars(3, {{"loss", 2.5}});  // room again: later records follow whole ones
+  CHECK(read_events(w.path()).size() == 3);
   std::filesystem::remove_all(dir);
 }
 
