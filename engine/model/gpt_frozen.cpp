@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "engine/model/gpt.hpp"
 #include "kernels/quantize.hpp"
@@ -12,23 +13,41 @@ namespace loom {
 
 namespace {
 QuantKind quant_kind(const LoraSpec& l) { return l.quantize == 1 ? QuantKind::Int8 : QuantKind::NF4; }
+
+// QLoRA quantizes the blocks' four linear weights; everything else frozen stays dense.
+bool quantized_weight(const LoraSpec& l, const std::string& name) {
+  if (l.quantize == 0) return false;
+  for (const char* w : {".attn.qkv.weight", ".attn.proj.weight", ".mlp.fc.weight", ".mlp.proj.weight"}) {
+    const size_t n = std::char_traits<char>::length(w);
+    if (name.size() > n && name.compare(name.size() - n, n, w) == 0) return true;
+  }
+  return false;
+}
 }  // namespace
+
+size_t gpt_frozen_bytes(const ParamTable& frozen, const LoraSpec& l, size_t act) {
+  size_t bytes = 0, dense = 0;
+  std::unordered_map<int, size_t> per_layer;  // quantized elements of each block
+  for (const ParamInfo& p : frozen.params()) {
+    if (!quantized_weight(l, p.name)) {
+      dense += p.numel;
+      continue;
+    }
+    bytes += quantized_bytes(quant_kind(l), p.numel) + p.numel / size_t(l.quant_block) * 4;
+    per_layer[p.layer] += p.numel;
+  }
+  size_t widest = 0;  // the dequantization scratch holds the widest block's weights
+  for (const auto& [layer, n] : per_layer) widest = std::max(widest, n);
+  return bytes + (dense + widest) * act;
+}
 
 // The frozen base: dense in the compute dtype, or (QLoRA) the blocks' linear weights quantized.
 void Gpt::alloc_frozen() {
   const LoraSpec& l = shape_.lora;
-  auto quantized = [&](const std::string& name) {
-    if (l.quantize == 0) return false;
-    for (const char* w : {".attn.qkv.weight", ".attn.proj.weight", ".mlp.fc.weight", ".mlp.proj.weight"}) {
-      const size_t n = std::char_traits<char>::length(w);
-      if (name.size() > n && name.compare(name.size() - n, n, w) == 0) return true;
-    }
-    return false;
-  };
   size_t dense = 0;
   std::unordered_map<int, size_t> per_layer;  // quantized elements of each block
   for (const ParamInfo& p : frozen_table_.params()) {
-    if (!quantized(p.name)) {
+    if (!quantized_weight(l, p.name)) {
       frozen_dense_[p.name] = dense;
       dense += p.numel;
       continue;
@@ -54,15 +73,24 @@ void Gpt::alloc_frozen() {
     dequant_scratch_ = TypedPtr(alloc_bytes(widest * dtype_size(compute_), false), compute_);
     frozen_bytes_ += widest * dtype_size(compute_);
   }
-
+  // `loom plan` predicts this from the same function: the two must not drift apart.
+  if (frozen_bytes_ != gpt_frozen_bytes(frozen_table_, l, dtype_size(compute_)))
+    throw std::logic_error("Gpt: the frozen base took " + std::to_string(frozen_bytes_) + " bytes, gpt_frozen_bytes says " +
+                           std::to_string(gpt_frozen_bytes(frozen_table_, l, dtype_size(compute_))));
 }
 
+// Each tensor goes straight to its place, with no copy of the whole base on the host or the
+// device (it may be most of the memory a QLoRA run has): fp32 uploaded in place, 16-bit through
+// one staging buffer as large as the largest dense tensor, quantized ones a tensor at a time.
 void Gpt::set_frozen(const float* host) {
-  std::vector<float> dense;
   std::vector<uint8_t> codes;
   std::vector<float> scales;
   const LoraSpec& l = shape_.lora;
   const QuantKind kind = quant_kind(l);
+  size_t widest_dense = 0;
+  for (const ParamInfo& p : frozen_table_.params())
+    if (frozen_dense_.count(p.name)) widest_dense = std::max(widest_dense, p.numel);
+  float* staging = compute_ != DType::f32 && widest_dense ? be_.alloc(widest_dense) : nullptr;
   for (const ParamInfo& p : frozen_table_.params()) {
     const float* src = host + p.offset;
     if (auto q = frozen_quant_.find(p.name); q != frozen_quant_.end()) {
@@ -71,16 +99,18 @@ void Gpt::set_frozen(const float* host) {
       quantize_blockwise(kind, src, p.numel, l.quant_block, codes.data(), scales.data());
       be_.copy_from_host(q->second.codes, codes.data(), codes.size());
       be_.upload(q->second.scales, scales.data(), scales.size());
+      continue;
+    }
+    const TypedPtr dst = frozen_ + frozen_dense_.at(p.name);
+    if (staging) {  // copies are ordered with the conversion before the buffer is reused
+      be_.upload(staging, src, p.numel);
+      be_.convert(dst, ConstTypedPtr(staging), p.numel);
     } else {
-      dense.insert(dense.end(), src, src + p.numel);
+      be_.upload(static_cast<float*>(dst.data), src, p.numel);
     }
   }
+  if (staging) be_.release(staging);
   dequantized_layer_ = -1;
-  if (dense.empty()) return;
-  float* staging = be_.alloc(dense.size());
-  be_.upload(staging, dense.data(), dense.size());
-  be_.convert(frozen_, ConstTypedPtr(staging), dense.size());
-  be_.release(staging);
 }
 
 void Gpt::dequantize_block(int layer) {

@@ -73,4 +73,13 @@ inline GptActivationBytes gpt_activation_bytes(const GptShape& s, int micro_batc
   return a;
 }
 
+class ParamTable;
+
+// Backend bytes of a LoRA run's frozen base on one rank (`frozen`: gpt_param_table's
+// ParamSet::Frozen for that rank): dense tensors in the compute dtype (`act` bytes each) or, with
+// QLoRA (lora.quantize), the blocks' linear weights as codes and fp32 scales, plus one
+// dequantization scratch as wide as the widest block. Gpt::alloc_frozen checks its allocations
+// against it. Defined in gpt_frozen.cpp.
+size_t gpt_frozen_bytes(const ParamTable& frozen, const LoraSpec& lora, size_t act);
+
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/param_table.hpp"
 #include "kernels/backend.hpp"
@@ -135,7 +136,10 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     throw std::runtime_error("train.global_batch=" + std::to_string(global) + " is not a multiple of micro_batch x dp = " +
                              std::to_string(B * dp));
   const int accum = global / (B * dp);
-  const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
+  GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, m.seq_len, 128 * tp);
+  // LoRA: the parameter table holds the trainable adapters (and what lora.train_* adds); the
+  // frozen base is counted apart, dense or quantized; the FLOPs drop the base's weight gradients.
+  shape.lora = lora_spec(r.lora);
   const bool bf16 = r.train.precision != "fp32";  // bf16 or fp16: 16-bit compute
   const size_t act_bytes = bf16 ? 2 : 4;
 
@@ -156,6 +160,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     const StageSpec spec{first, layers[size_t(s)], s == 0, s == pp - 1};
     const ParamTable table = gpt_param_table(shape, 0, tp, spec);
     const double P = double(table.total());
+    const ParamTable frozen_table = gpt_param_table(shape, 0, tp, spec, ParamSet::Frozen);  // empty without LoRA
+    const double frozen = double(gpt_frozen_bytes(frozen_table, shape.lora, act_bytes));
     largest_params = std::max(largest_params, table.total());
     // The trainer allocates the in-flight activations of its largest accumulation (goodput's
     // train.batch_max; the fixed batch's otherwise).
@@ -169,13 +175,14 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     MemoryBreakdown mem;
     mem.stage = s;
     mem.in_flight = in_flight;
+    mem.frozen = frozen / MB;
     const int zero = r.parallel.zero;
     const double owned = zero >= 1 ? P / dp : P;
     double unit_working = 0;  // bytes of ZeRO-2/3's per-unit buffers
     const bool reduce16 = r.parallel.grad_reduce_dtype == "bf16";
     if (zero <= 1) {
       // The fp32 master parameters and, under bf16/fp16, their compute copy; fp32 gradients.
-      mem.params = P * (bf16 ? 4 + 2 : 4) / MB;
+      mem.params = (P * (bf16 ? 4 + 2 : 4) + frozen) / MB;
       mem.grads = P * 4 / MB;
       // ZeRO-1's reduce-scatter shard (fp32); with parallel.grad_reduce_dtype bf16 a bf16 copy of
       // the gradients to reduce and, sharded, a bf16 shard beside the fp32 one.
@@ -185,7 +192,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
       const UnitPeaks u = unit_peaks(param_units(table), r.parallel.prefetch, accum, pp > 1 && (spec.first || spec.last), dp);
       // zero 2: the model's flat parameters (and compute copy); zero 3: the fp32 master shard
       // (and its compute copy) and the gathered units, in the compute dtype.
-      mem.params = (zero == 2 ? P * (bf16 ? 4 + 2 : 4) : owned * (bf16 ? 4 + 2 : 4) + u.weights * act_bytes) / MB;
+      mem.params = (zero == 2 ? P * (bf16 ? 4 + 2 : 4) : owned * (bf16 ? 4 + 2 : 4) + u.weights * act_bytes) / MB +
+                   frozen / MB;
       // The fp32 gradient shard and the units' fp32 gradient buffers.
       mem.grads = (owned * 4 + u.grads * 4) / MB;
       // Staging: fp32 receive parts for the second and later micro-batches; with bf16 reduction,
@@ -204,6 +212,10 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     // checkpoint's snapshot of parameters and both moments (kept between saves), whichever is
     // larger; on GPUs it is host memory, not device memory.
     double staging = (r.checkpoint.dir.empty() ? 4.0 : 12.0) * P / MB;
+    // LoRA: the frozen base's fp32 host copy lives only while the model is built, before the
+    // first step touches the activations (zero-filled pages are not resident until then), so it
+    // raises the peak only by what it exceeds them by.
+    staging = std::max(staging, (4.0 * (P + double(frozen_table.total())) - double(a.total(in_flight))) / MB);
     // ZeRO-2/3's per-unit buffers appear in the first step, after the initial copy is gone: the
     // peak holds the larger of the two, not both (a checkpoint's snapshot does meet them).
     if (zero >= 2 && r.checkpoint.dir.empty()) staging = std::max(0.0, staging - unit_working / MB);
@@ -329,12 +341,15 @@ std::string format_prediction(const Recipe& r, const Cluster& c, const Predictio
                 p.micro_batch * p.grad_accum * p.dp, p.zero, p.recompute.c_str(), r.train.precision.c_str());
   os << b;
   const MemoryBreakdown& m = p.memory;
+  char note[64] = "";
+  if (m.frozen > 0) std::snprintf(note, sizeof note, " (frozen base %.1f)", m.frozen);
+  const std::string frozen_note = note;
   std::snprintf(b, sizeof b,
                 "memory per rank (largest: pipeline stage %d, %d micro-batch(es) in flight), MB:\n"
-                "  parameters %.1f | gradients %.1f | optimizer state %.1f (host %.1f) | activations %.1f | comm "
+                "  parameters %.1f%s | gradients %.1f | optimizer state %.1f (host %.1f) | activations %.1f | comm "
                 "buffers %.1f | workspace %.1f | host staging %.1f | runtime %.1f\n"
                 "  total %.1f MB of %.1f GB per %s: %s\n",
-                m.stage, m.in_flight, m.params, m.grads, m.optimizer, m.optimizer_host, m.activations, m.comm_buffers,
+                m.stage, m.in_flight, m.params, frozen_note.c_str(), m.grads, m.optimizer, m.optimizer_host, m.activations, m.comm_buffers,
                 m.workspace, m.staging, m.runtime, m.total(), c.device.memory_gb, c.device.cpu ? "node" : "device",
                 p.fits ? "fits" : "DOES NOT FIT");
   os << b;

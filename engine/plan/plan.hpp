@@ -40,6 +40,7 @@ struct MemoryBreakdown {  // MB, one rank (the largest over pipeline stages)
   int stage = 0, in_flight = 1;
   double params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0, workspace = 0, staging = 0,
          runtime = 0;
+  double frozen = 0;          // of params: LoRA's frozen base (dense or quantized), no gradients or state
   double optimizer_host = 0;  // optim.offload: master, moments and gradient copy in host memory
   bool host_is_device = false;  // CPU: host memory is the device's
   double total() const {

@@ -168,6 +168,7 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     model_->set_frozen(frozen.data());
+    std::vector<float>().swap(frozen);  // the model holds the base now (loom plan counts the copy until here)
     allocating = "the optimizer (gradient reduction buffers and state)";
     const auto& o = r_.optim;
     DistOptimConfig cfg;

@@ -9,7 +9,8 @@ cd "$SRC"
 model=(--set model.n_layer=4 --set model.d_model=384 --set model.n_head=6 --set model.seq_len=128
        --set train.micro_batch=4 --set train.global_batch=16 --set train.steps=4 --set log.every=1
        --set log.eval_every=0)
-# Each layout term (dp, tp, pp, zero 1/2/3, recompute, 16-bit compute, offload) appears at least
+# Each layout term (dp, tp, pp, zero 1/2/3, recompute, 16-bit compute, offload, LoRA with a dense
+# or an NF4-quantized frozen base) appears at least
 # once; plain variants that another layout already covers are left out (suite time).
 layouts=("1 tp=1 pp=1 zero=0 none fp32" "2 tp=1 pp=1 zero=1 none fp32"
          "2 tp=1 pp=2 zero=0 none fp32" "4 tp=2 pp=1 zero=1 none fp32"
@@ -17,27 +18,31 @@ layouts=("1 tp=1 pp=1 zero=0 none fp32" "2 tp=1 pp=1 zero=1 none fp32"
          "1 tp=1 pp=1 zero=0 none bf16" "2 tp=2 pp=1 zero=1 none bf16" "2 tp=1 pp=2 zero=0 selective bf16"
          "1 tp=1 pp=1 zero=0 none fp16"
          "2 tp=1 pp=1 zero=2 none fp32" "2 tp=1 pp=1 zero=3 none bf16"
-         "2 tp=1 pp=2 zero=3 none fp32" "2 tp=1 pp=1 zero=3 none fp32 offload.cpu")
+         "2 tp=1 pp=2 zero=3 none fp32" "2 tp=1 pp=1 zero=3 none fp32 optim.offload=cpu"
+         "1 tp=1 pp=1 zero=0 none fp32 lora.rank=8,lora.quantize=nf4"
+         "2 tp=2 pp=1 zero=0 none bf16 lora.rank=8")
 printf "%-34s %12s %12s %8s %12s %12s\n" layout "pred MB" "meas MB" "err %" "pred ms" "meas ms" | tee "$WORK/table"
 for l in "${layouts[@]}"; do
-  read -r np tp pp zero rc prec offload <<< "$l"
+  read -r np tp pp zero rc prec extra <<< "$l"  # extra: more key=value settings, comma-separated
   sets=(--set parallel.${tp} --set parallel.${pp} --set parallel.${zero} --set train.recompute=$rc
-        --set train.precision=$prec --set optim.offload="${offload#offload.}")
-  [ -n "$offload" ] || sets[-1]=optim.offload=none
+        --set train.precision=$prec)
+  IFS=, read -ra more <<< "$extra"
+  for kv in "${more[@]}"; do sets+=(--set "$kv"); done
+  tag=$np$tp$pp$zero$rc$prec${extra//[=,]/_}
   plan=$("$LOOM" plan configs/tiny.yaml "${model[@]}" "${sets[@]}" --nodes 1 --gpus-per-node "$np" --gpu cpu)
   pred_mb=$(echo "$plan" | sed -n 's/^  total \([0-9.]*\) MB.*/\1/p')
   pred_ms=$(echo "$plan" | sed -n 's/^predicted: \([0-9.]*\) ms.*/\1/p')
   threads=$(( np == 1 ? 2 : 1 ))
   OMP_NUM_THREADS=$threads mpi -np "$np" "$LOOM" train configs/tiny.yaml "${model[@]}" "${sets[@]}" \
-    --set log.dir="$WORK/run_$np$tp$pp$zero$rc$prec$offload" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "$l: training failed"; }
-  read -r meas_mb meas_ms < <(python3 - "$WORK/run_$np$tp$pp$zero$rc$prec$offload/metrics.jsonl" <<'PY'
+    --set log.dir="$WORK/run_$tag" > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "$l: training failed"; }
+  read -r meas_mb meas_ms < <(python3 - "$WORK/run_$tag/metrics.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(max(r["peak_rss_mb"] for r in rows), statistics.median(r["step_ms"] for r in rows[1:]))
 PY
 )
   err=$(python3 -c "print(round(100 * abs($pred_mb - $meas_mb) / $meas_mb, 1))")
-  printf "%-34s %12.1f %12.1f %8s %12.1f %12.1f\n" "ranks $np $tp $pp $zero $rc $prec $offload" "$pred_mb" "$meas_mb" "$err" "$pred_ms" "$meas_ms" |
+  printf "%-34s %12.1f %12.1f %8s %12.1f %12.1f\n" "ranks $np $tp $pp $zero $rc $prec $extra" "$pred_mb" "$meas_mb" "$err" "$pred_ms" "$meas_ms" |
     tee -a "$WORK/table"
   python3 -c "import sys; sys.exit(0 if $err <= 10 else 1)" || fail "$l: predicted memory $pred_mb MB is $err% off the measured $meas_mb MB"
 done
