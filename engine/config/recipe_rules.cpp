@@ -117,9 +117,11 @@ void check_goodput(const Recipe& r) {
   if (!r.log.noise_scale)
     throw ConfigError(src + "it decides from the gradient noise scale: set log.noise_scale=true (" +
                       kv(r, "log.noise_scale") + ")");
-  if (r.parallel.zero >= 2)
+  if (r.parallel.zero >= 2 && r.parallel.pp > 1)
     throw ConfigError(src + "the gradient noise scale is not measured under " + kv(r, "parallel.zero") +
-                      " (a rank never holds its whole gradient); use zero 0 or 1");
+                      " with pipeline stages (" + kv(r, "parallel.pp") +
+                      ": the tied embedding's gradient is reduced once per step, so no rank holds a micro-batch's "
+                      "alone); use zero 0 or 1, or one stage");
   if (r.parallel.dp == 1 && r.parallel.pp > 1)
     throw ConfigError(src + "with dp 1 the noise scale needs a single pipeline stage (" + kv(r, "parallel.pp") +
                       "); run with dp >= 2");

@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/optim/counted_norm.hpp"
 #include "engine/optim/owned_pieces.hpp"
 
 namespace loom {
@@ -39,6 +40,7 @@ DistributedOptimizer::DistributedOptimizer(Backend& backend, ModelBuffers model,
     sc.compute = model_.compute;
     sc.reduce = config.reduce_dtype;
     sc.prefetch = config.prefetch;
+    sc.tp_lead = groups_.coord().tp == 0;
     sharded_ = std::make_unique<ShardedState>(be_, dp, groups_.dp(), groups_.device_embedding(), table, model_.units,
                                               plan_, sc);
     make_adamw(config);
@@ -181,23 +183,18 @@ void DistributedOptimizer::begin_step() {
 
 double DistributedOptimizer::counted_sum_squares(size_t begin, size_t end) {
   if (sharded_) throw std::logic_error("counted_sum_squares: ZeRO-2/3 hold no whole gradient");
-  const bool tp_lead = groups_.coord().tp == 0;
-  // One sum_squares per contiguous run of counted elements (each call returns a host scalar: on
-  // CUDA a synchronisation, which per tensor would stall backward's launches).
-  double sum = 0;
-  size_t run_lo = 0, run_hi = 0;
-  for (const ParamInfo& p : model_.table->params()) {
-    const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
-    if (lo >= hi || p.tied_copy || (!tp_lead && p.split == TpSplit::Replicated)) continue;
-    if (lo != run_hi) {
-      if (run_hi > run_lo) sum += be_.sum_squares(model_.grads + run_lo, run_hi - run_lo);
-      run_lo = lo;
-    }
-    run_hi = hi;
-  }
-  if (run_hi > run_lo) sum += be_.sum_squares(model_.grads + run_lo, run_hi - run_lo);
-  return sum;
+  return loom::counted_sum_squares(be_, *model_.table, model_.grads, 0, begin, end, groups_.coord().tp == 0);
 }
+
+bool DistributedOptimizer::can_measure_local() const { return !sharded_ || groups_.layout().pp == 1; }
+
+void DistributedOptimizer::measure_local(bool on) {
+  on = on && can_measure_local();
+  if (sharded_) sharded_->measure_first_micro(on);
+  else measuring_ = on;
+}
+
+double DistributedOptimizer::local_sq() const { return sharded_ ? sharded_->local_sq() : local_sq_; }
 
 // The noise scale's count of [from, counted_from_): called just before those gradients'
 // buckets can be launched (a reduction in place would change them).

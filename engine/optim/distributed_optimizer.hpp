@@ -79,14 +79,18 @@ class DistributedOptimizer {
   // replicas, pipeline stages, tied copies); the same bits on every rank. After reduce_grads().
   double grad_norm();
   // The gradient noise scale's small batch (engine/optim/noise_scale.hpp). With measure_local(),
-  // the squared norm of this rank's own gradient before the data-parallel reduction (after the
-  // tied copies' sum, each element of the replica counted once over tp and pp as grad_norm counts
-  // them) is taken range by range as backward hands the ranges over, before their buckets are
-  // launched; local_sq() after reduce_grads(). Zero 0 and 1 only: ZeRO-2/3 reduce every
-  // micro-batch's gradients as they come, so the rank's whole gradient never exists.
-  bool can_measure_local() const { return !sharded_; }
-  void measure_local(bool on) { measuring_ = on && !sharded_; }
-  double local_sq() const { return local_sq_; }
+  // the squared norm of a gradient of this rank's before the data-parallel reduction (each
+  // element of the replica counted once over tp and pp as grad_norm counts them); local_sq()
+  // after reduce_grads().
+  //  - zero 0/1: the rank's whole gradient (after the tied copies' sum), taken range by range as
+  //    backward hands the ranges over, before their buckets are launched;
+  //  - ZeRO-2/3, which reduce every micro-batch's gradients as they come (the rank's whole
+  //    gradient never exists): its first micro-batch's, unit by unit before the unit's first
+  //    reduce-scatter (local_is_first_micro()). Not with pipeline stages (can_measure_local()).
+  bool can_measure_local() const;
+  bool local_is_first_micro() const { return sharded_ != nullptr; }
+  void measure_local(bool on);
+  double local_sq() const;
   // That count over flat elements [begin, end) of the gradient buffer as it is now (zero 0/1).
   double counted_sum_squares(size_t begin, size_t end);
   // Clips to optim.grad_clip given the norm, applies AdamW to the owned elements with learning

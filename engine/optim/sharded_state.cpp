@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/optim/counted_norm.hpp"
 #include "parallel/grad_buckets.hpp"
 
 namespace loom {
@@ -154,6 +155,7 @@ void ShardedState::master_updated() {
 
 void ShardedState::begin_step() {
   std::fill(contributed_.begin(), contributed_.end(), 0);
+  local_sq_ = 0;
 }
 
 float* ShardedState::acquire_grads(int u) {
@@ -181,6 +183,10 @@ void ShardedState::start_reduction(int u) {
   grads_[size_t(u)] = nullptr;
   r.accumulate = contributed_[size_t(u)] != 0;
   contributed_[size_t(u)] = 1;
+  // The unit's first reduction of the step carries the first micro-batch's gradient alone (each
+  // micro-batch's backward takes a fresh, zeroed buffer).
+  if (measuring_ && !r.accumulate)
+    local_sq_ += counted_sum_squares(be_, table_, r.grads, unit.begin, unit.begin, unit.end, cfg_.tp_lead);
   TypedPtr send(r.grads);
   if (cfg_.reduce != DType::f32) {
     r.staged = take(staging_cache_, cfg_.reduce, unit.size());

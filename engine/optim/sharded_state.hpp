@@ -42,6 +42,7 @@ struct ShardedStateConfig {
   DType reduce = DType::f32;        // parallel.grad_reduce_dtype
   bool prefetch = true;             // parallel.prefetch: gather the next unit during this one
   int reductions_in_flight = 2;     // units whose reduce-scatter may run at once
+  bool tp_lead = true;              // tp rank 0: counts tp-replicated tensors in local_sq()
 };
 
 // Bytes by kind, for the memory report: the shards now, and the most the per-unit buffers held.
@@ -75,6 +76,13 @@ class ShardedState final : public UnitStorage {
   // After the step's last backward: reduces the deferred (tied) unit and waits for every
   // reduction. Returns the seconds spent waiting. The gradient shard is complete afterwards.
   double finish_reductions();
+  // The gradient noise scale's small batch under ZeRO-2/3: with measure_first_micro(true), the
+  // squared norm of this rank's first micro-batch's gradient, unit by unit just before each
+  // unit's first reduce-scatter of the step (counted as grad_norm counts, counted_norm.hpp);
+  // local_sq() after finish_reductions(). Not with pipeline stages: the tied embedding unit
+  // accumulates every micro-batch before its reduction (the trainer does not ask then).
+  void measure_first_micro(bool on) { measuring_ = on && deferred_unit_ < 0; }
+  double local_sq() const { return local_sq_; }
   // The seconds the gradient reduce-scatters finished by the last finish_reductions() ran
   // (Request::run_seconds, summed), or < 0 where the communicator does not time them.
   double reduce_seconds() const { return last_reduced_s_; }
@@ -132,6 +140,8 @@ class ShardedState final : public UnitStorage {
   double waited_s_ = 0;
   double reduced_s_ = 0;
   double last_reduced_s_ = -1;  // the reduce-scatters' own run time since the last finish_reductions (< 0: untimed)
+  bool measuring_ = false;
+  double local_sq_ = 0;         // this step's first micro-batch, counted so far
 };
 
 }  // namespace loom

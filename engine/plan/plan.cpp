@@ -189,7 +189,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
       mem.comm_buffers = ((zero == 1 ? owned * (4 + (reduce16 ? 2 : 0)) : 0) + (reduce16 ? P * 2 : 0)) / MB;
     } else {
       // ZeRO-2/3 (engine/optim/sharded_state.hpp): per-unit buffers, at the most held at once.
-      const UnitPeaks u = unit_peaks(param_units(table), r.parallel.prefetch, accum, pp > 1 && (spec.first || spec.last), dp);
+      const UnitPeaks u = unit_peaks(param_units(table), r.parallel.prefetch, std::max(accum, staged.grad_accum_max()),
+                                     pp > 1 && (spec.first || spec.last), dp);
       // zero 2: the model's flat parameters (and compute copy); zero 3: the fp32 master shard
       // (and its compute copy) and the gathered units, in the compute dtype.
       mem.params = (zero == 2 ? P * (bf16 ? 4 + 2 : 4) : owned * (bf16 ? 4 + 2 : 4) + u.weights * act_bytes) / MB +

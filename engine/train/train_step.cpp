@@ -13,6 +13,12 @@ TrainStep::TrainStep(Gpt& model, DistributedOptimizer& optim, parallel::ProcessG
                      StepShape shape, LossScaler& scaler)
     : model_(model), optim_(optim), groups_(groups), trace_(trace), s_(shape), scaler_(scaler) {
   if (!s_.noise_scale || !optim_.can_measure_local()) return;
+  if (optim_.local_is_first_micro()) {  // ZeRO-2/3 (a goodput step trimmed to one micro-batch in all is skipped)
+    if (groups_.layout().dp < 2 && s_.micro_steps < 2) return;
+    small_ = SmallBatch::RankMicro;
+    optim_.measure_local(true);
+    return;
+  }
   if (groups_.layout().dp >= 2)
     small_ = SmallBatch::DpReplica;
   else if (groups_.layout().pp == 1 && s_.micro_steps >= 2)
@@ -89,14 +95,20 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   }
   // One rank whose step has a single micro-batch (goodput's trimmed last step) has no smaller
   // batch to compare with: nothing measured this step.
-  if (small_ == SmallBatch::DpReplica || (small_ == SmallBatch::FirstMicro && accum >= 2)) {
+  const int dp = groups_.layout().dp;
+  if (small_ == SmallBatch::DpReplica || (small_ == SmallBatch::FirstMicro && accum >= 2) ||
+      (small_ == SmallBatch::RankMicro && dp * accum >= 2)) {
     // Each rank's gradient carries 1/(global tokens) per token: the small batch's mean gradient is
-    // it times global / small (dp, or the micro-batches per step), and fp16's loss scale comes off.
+    // it times global / small (dp, the micro-batches per step, or both), and fp16's loss scale
+    // comes off.
     TraceRecorder::Span span(&trace_, "noise scale norm", "communication");
-    if (small_ == SmallBatch::DpReplica) small_local = optim_.local_sq();
+    const bool per_rank = small_ != SmallBatch::FirstMicro;
+    if (per_rank) small_local = optim_.local_sq();
     double sq = groups_.tp().sum_ordered(groups_.pp().sum_ordered(small_local));
-    const double ratio = small_ == SmallBatch::DpReplica ? double(groups_.layout().dp) : double(accum);
-    if (small_ == SmallBatch::DpReplica) sq = groups_.dp().sum_ordered(sq) / groups_.layout().dp;
+    const double ratio = small_ == SmallBatch::DpReplica ? double(dp)
+                         : small_ == SmallBatch::FirstMicro ? double(accum)
+                                                            : double(dp) * accum;
+    if (per_rank) sq = groups_.dp().sum_ordered(sq) / dp;
     r.small_sq = sq * ratio * ratio / (scale * scale);
     r.b_small = double(s_.global_batch) / ratio;
   }

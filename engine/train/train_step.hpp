@@ -45,9 +45,12 @@ struct StepShape {
 
 // Which small batch the noise scale compares the global batch with.
 enum class SmallBatch {
-  None,        // not measured: log.noise_scale off, ZeRO-2/3, or a single rank with nothing smaller
-  DpReplica,   // dp >= 2: each dp rank's own gradient before the reduction (global batch / dp)
-  FirstMicro,  // dp 1, one pipeline stage, accumulation: the first micro-batch's gradient
+  None,         // not measured: log.noise_scale off, ZeRO-2/3 with pipeline stages, or a single
+                // rank with nothing smaller
+  DpReplica,    // zero 0/1, dp >= 2: each dp rank's own gradient before the reduction (global batch / dp)
+  FirstMicro,   // zero 0/1, dp 1, one pipeline stage, accumulation: the first micro-batch's gradient
+  RankMicro,    // ZeRO-2/3, one pipeline stage, dp x accumulation >= 2: each dp rank's first
+                // micro-batch's gradient before its reduce-scatter, averaged over dp (micro_batch)
 };
 
 class TrainStep {

@@ -84,8 +84,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       *scaler_);
   noise_ = NoiseScale(r_.log.noise_ema);
   if (rank_ == 0 && r_.log.noise_scale && step_->small_batch() == SmallBatch::None)
-    std::printf("loom: note: log.noise_scale: the gradient noise scale is not measured here (it needs zero 0 or 1 "
-                "and either dp >= 2 or, at dp 1 without pipeline stages, gradient accumulation)\n");
+    std::printf("loom: note: log.noise_scale: the gradient noise scale is not measured here (it needs dp >= 2 or "
+                "gradient accumulation, and under ZeRO-2/3 or at dp 1 no pipeline stages)\n");
   schedule_ = LrSchedule{r_.optim.lr, r_.optim.min_lr, r_.optim.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
   checkpointer_ = std::make_unique<Checkpointer>(checkpoint_setup(r_), groups, *model_, *optim_);
