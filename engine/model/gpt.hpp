@@ -77,6 +77,10 @@ class Gpt {
   // With QLoRA (lora.quantize) the block weights are quantized here on the host, blockwise, and
   // kept as codes and scales.
   void set_frozen(const float* host);
+  // The same, a tensor at a time: `fill(p, dst)` writes tensor p's p.numel fp32 values into a
+  // host buffer as large as the largest frozen tensor, so the whole base never exists in fp32 on
+  // the host (it may be most of a QLoRA run's memory).
+  void set_frozen(const std::function<void(const ParamInfo&, float*)>& fill);
   // Backend memory of the frozen base: dense tensors, and quantized codes + scales.
   size_t frozen_bytes() const { return frozen_bytes_; }
   int micro_batch() const { return B_; }

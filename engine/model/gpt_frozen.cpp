@@ -83,16 +83,24 @@ void Gpt::alloc_frozen() {
 // device (it may be most of the memory a QLoRA run has): fp32 uploaded in place, 16-bit through
 // one staging buffer as large as the largest dense tensor, quantized ones a tensor at a time.
 void Gpt::set_frozen(const float* host) {
+  set_frozen([host](const ParamInfo& p, float* dst) { std::copy(host + p.offset, host + p.offset + p.numel, dst); });
+}
+
+void Gpt::set_frozen(const std::function<void(const ParamInfo&, float*)>& fill) {
   std::vector<uint8_t> codes;
   std::vector<float> scales;
   const LoraSpec& l = shape_.lora;
   const QuantKind kind = quant_kind(l);
-  size_t widest_dense = 0;
-  for (const ParamInfo& p : frozen_table_.params())
+  size_t widest = 0, widest_dense = 0;
+  for (const ParamInfo& p : frozen_table_.params()) {
+    widest = std::max(widest, p.numel);
     if (frozen_dense_.count(p.name)) widest_dense = std::max(widest_dense, p.numel);
+  }
+  std::vector<float> host(widest);
   float* staging = compute_ != DType::f32 && widest_dense ? be_.alloc(widest_dense) : nullptr;
   for (const ParamInfo& p : frozen_table_.params()) {
-    const float* src = host + p.offset;
+    fill(p, host.data());
+    const float* src = host.data();
     if (auto q = frozen_quant_.find(p.name); q != frozen_quant_.end()) {
       codes.resize(quantized_bytes(kind, p.numel));
       scales.resize(p.numel / size_t(l.quant_block));

@@ -212,29 +212,30 @@ double counter_normal(uint64_t key, uint64_t i) {
 
 }  // namespace
 
-void init_params(const ParamTable& table, const GptShape& s, uint64_t seed, float* host) {
-  for (const auto& p : table.params()) {
-    float* dst = host + p.offset;
-    switch (p.init) {
-      case ParamInit::Ones:
-        for (size_t i = 0; i < p.numel; ++i) dst[i] = 1.0f;
-        break;
-      case ParamInit::Zeros:
-        for (size_t i = 0; i < p.numel; ++i) dst[i] = 0.0f;
-        break;
-      case ParamInit::Normal: {
-        const uint64_t key = splitmix64(seed) ^ fnv1a(p.name);
-        // Rows of wte past the real vocabulary (padding) stay zero: never looked up, no gradient.
-        const int64_t real_end = p.name == "wte" ? int64_t(s.vocab) * s.d_model : INT64_MAX;
+void init_param(const ParamInfo& p, const GptShape& s, uint64_t seed, float* dst) {
+  switch (p.init) {
+    case ParamInit::Ones:
+      for (size_t i = 0; i < p.numel; ++i) dst[i] = 1.0f;
+      break;
+    case ParamInit::Zeros:
+      for (size_t i = 0; i < p.numel; ++i) dst[i] = 0.0f;
+      break;
+    case ParamInit::Normal: {
+      const uint64_t key = splitmix64(seed) ^ fnv1a(p.name);
+      // Rows of wte past the real vocabulary (padding) stay zero: never looked up, no gradient.
+      const int64_t real_end = p.name == "wte" ? int64_t(s.vocab) * s.d_model : INT64_MAX;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < p.numel; ++i) {
-          const int64_t g = p.global_index(i);
-          dst[i] = g < real_end ? static_cast<float>(p.init_std * counter_normal(key, uint64_t(g))) : 0.0f;
-        }
-        break;
+      for (size_t i = 0; i < p.numel; ++i) {
+        const int64_t g = p.global_index(i);
+        dst[i] = g < real_end ? static_cast<float>(p.init_std * counter_normal(key, uint64_t(g))) : 0.0f;
       }
+      break;
     }
   }
+}
+
+void init_params(const ParamTable& table, const GptShape& s, uint64_t seed, float* host) {
+  for (const auto& p : table.params()) init_param(p, s, seed, host + p.offset);
 }
 
 }  // namespace loom

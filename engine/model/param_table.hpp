@@ -108,5 +108,7 @@ bool is_lora_adapter(const std::string& name);
 // global tensor P is a pure function of (seed, P's name, i * cols + j): any rank generates its
 // own slice alone, and every layout starts from the same global weights.
 void init_params(const ParamTable& table, const GptShape& s, uint64_t seed, float* host);
+// One tensor of it into `dst` (p.numel floats): the same values init_params writes there.
+void init_param(const ParamInfo& p, const GptShape& s, uint64_t seed, float* dst);
 
 }  // namespace loom

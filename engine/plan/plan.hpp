@@ -21,6 +21,7 @@ struct DeviceSpec {
   double efficiency16 = 0;      // the same at bf16 (0: as efficiency)
   double half_rows = 0;         // matmul rows (micro-batch x seq) at which efficiency halves
   double runtime_mb = 0;        // per-rank fixed cost: CUDA context + libraries, or the process baseline
+  double runtime_bf16_mb = 0;   // the same for bf16 compute where it differs (0: runtime_mb)
   double intra_gbs = 0, intra_alpha_us = 0;  // collective bus bandwidth and latency inside a node
   double inter_gbs = 0, inter_alpha_us = 0;  // across nodes (per rank's share of the NICs)
   bool cpu = false;

@@ -12,5 +12,7 @@ namespace loom {
 // with its slice of `src`'s tensor; wte's padding rows become zero. Throws std::runtime_error
 // naming the source and tensor on a missing tensor or a wrong shape.
 void load_pretrained(const ParamTable& table, const GptShape& shape, const PretrainedSource& src, float* host);
+// One tensor of it into `dst` (p.numel floats), adapters included (the caller skips them).
+void load_pretrained_param(const ParamInfo& p, const GptShape& shape, const PretrainedSource& src, float* dst);
 
 }  // namespace loom

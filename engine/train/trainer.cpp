@@ -152,23 +152,23 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
                                    recompute_from_name(r_.train.recompute), compute_, holds);
     init.resize(model_->num_params());
     init_params(model_->table(), shape, r_.train.seed, init.data());
-    // With LoRA, the frozen base: from model.init_from, else the seed's random init.
-    std::vector<float> frozen(model_->frozen_table().total());
-    init_params(model_->frozen_table(), shape, r_.train.seed, frozen.data());
+    // With LoRA, the frozen base, a tensor at a time: from model.init_from, else the seed's init.
+    std::unique_ptr<PretrainedSource> src;
+    const auto t0 = std::chrono::steady_clock::now();
     if (!m.init_from.empty()) {
       allocating = "the pretrained weights (model.init_from)";
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::unique_ptr<PretrainedSource> src = open_pretrained(m.init_from);
+      src = open_pretrained(m.init_from);
       if (std::string why = pretrained_mismatch(m, *src); !why.empty())
         throw std::runtime_error("model.init_from: " + why);
       load_pretrained(model_->table(), shape, *src, init.data());
-      load_pretrained(model_->frozen_table(), shape, *src, frozen.data());
-      if (rank_ == 0)
-        std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    model_->set_frozen(frozen.data());
-    std::vector<float>().swap(frozen);  // the model holds the base now (loom plan counts the copy until here)
+    model_->set_frozen([&](const ParamInfo& p, float* dst) {
+      if (src) load_pretrained_param(p, shape, *src, dst);
+      else init_param(p, shape, r_.train.seed, dst);
+    });
+    if (src && rank_ == 0)
+      std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     allocating = "the optimizer (gradient reduction buffers and state)";
     const auto& o = r_.optim;
     DistOptimConfig cfg;
