@@ -2,9 +2,12 @@
 """GPU training-throughput yardstick for Loom's bench_gpt_training: the same GPT in PyTorch.
 
 The model is make_golden.py's (GPT-2 / llm.c architecture: learned positions, pre-LayerNorm
-blocks, GELU tanh, LM head tied to wte, vocabulary padded to a multiple of 128 with the padded
-logits sliced off before the loss), its attention through F.scaled_dot_product_attention
-(causal; flash attention on a GPU in bf16). One step: forward and loss under autocast (bf16 or
+blocks, GELU tanh, LM head tied to wte, wte padded to a multiple of 128 rows), its attention
+through F.scaled_dot_product_attention (causal; flash attention on a GPU in bf16). The step runs
+LossOnly below instead of the model's own forward: the head multiplies by wte's real rows only
+(the logits of the V real tokens, as Loom's loss uses, with no slice of padded logits to copy)
+and only the loss leaves the module, so that torch.compile need not keep the logits: PyTorch's
+best form of the same computation. One step: forward and loss under autocast (bf16 or
 fp16; none for fp32), backward, clip_grad_norm_(1.0), AdamW (fused where the device supports
 it). --compile wraps the model in torch.compile (the step's compile happens in the warm-up).
 fp32 runs with TF32 off, as Loom's fp32 matmuls (CUBLAS_COMPUTE_32F).
@@ -13,7 +16,9 @@ Tokens are random, made on the device before the timed steps. Each step is timed
 synchronisations; the report is the median step, as bench_gpt_training's:
     torch tokens_per_s=<median> tokens_per_s_max=<best step> step_ms=<median> mfu=<median or -1>
           max_allocated_mb=<> max_reserved_mb=<> precision=<> compile=<0|1> params=<count>
-(one line). mfu counts 6 N + 12 L C T FLOPs per token (N = 12 L C^2 + V C, Loom's
+(one line), plus device_used_mb: the device's memory in use after the steps (total - free, the
+CUDA context and caching allocator included), the figure comparable with Loom's device_mem_mb.
+mfu counts 6 N + 12 L C T FLOPs per token (N = 12 L C^2 + V C, Loom's
 GptShape::flops_per_token) against --peak_tflops, so that both programs divide by the same peak;
 -1 without it. Runs on the CPU too (--device cpu, tiny shapes: the suite's smoke test), where
 PyTorch < 2.0 lacks SDPA and torch.compile and the explicit attention is used.
@@ -35,6 +40,22 @@ from make_golden import GPT, CausalSelfAttention, init_parameters  # noqa: E402
 
 def padded(v, multiple=128):
     return (v + multiple - 1) // multiple * multiple
+
+
+class LossOnly(torch.nn.Module):
+    """make_golden's GPT forward up to the loss, the tied head over wte's real rows only."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, tokens, targets):
+        g = self.gpt
+        x = g.wte[tokens] + g.wpe[:tokens.shape[1]]
+        for block in g.h:
+            x = block(x)
+        logits = g.ln_f(x) @ g.wte[:g.vocab].t()
+        return F.cross_entropy(logits.reshape(-1, g.vocab), targets.reshape(-1).long())
 
 
 def main():
@@ -71,7 +92,7 @@ def main():
     init_parameters(model, args.layers, gen)
     model.to(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    step_model = torch.compile(model) if args.compile else model
+    step_model = torch.compile(LossOnly(model)) if args.compile else LossOnly(model)
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -94,7 +115,7 @@ def main():
     def train_step(tokens, targets):
         opt.zero_grad(set_to_none=True)
         with compute_dtype():
-            _, loss = step_model(tokens, targets)
+            loss = step_model(tokens, targets)
         if scaler:
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
@@ -133,8 +154,13 @@ def main():
     mfu = tps * flops_per_token / (args.peak_tflops * 1e12) if args.peak_tflops > 0 else -1
     alloc = torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else -1
     reserved = torch.cuda.max_memory_reserved(dev) / 2**20 if cuda else -1
+    used = -1.0
+    if cuda:
+        free, total = torch.cuda.mem_get_info(dev)
+        used = (total - free) / 2**20
     print(f"torch tokens_per_s={tps:.1f} tokens_per_s_max={tokens_per_step / min(step_s):.1f} "
           f"step_ms={1e3 * med:.3f} mfu={mfu:.4f} max_allocated_mb={alloc:.1f} max_reserved_mb={reserved:.1f} "
+          f"device_used_mb={used:.1f} "
           f"precision={args.precision} compile={int(args.compile)} params={n_params}")
 
 

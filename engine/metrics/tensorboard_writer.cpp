@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -124,8 +125,16 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resume_step
   if (fd_ < 0)
     throw std::runtime_error(path_ + ": cannot create the TensorBoard event file: " + std::strerror(errno) +
                              " (log.dir)");
-  write(tb::encode_file_version_event(t));
-  if (resume_step > 0) write(tb::encode_session_start_event(t, resume_step));
+  try {
+    write(tb::encode_file_version_event(t));
+    if (resume_step > 0) write(tb::encode_session_start_event(t, resume_step));
+  } catch (...) {
+    // The destructor will not run: close the file, and remove it (this writer just made it, and
+    // it holds no complete step).
+    ::close(fd_);
+    ::unlink(path_.c_str());
+    throw;
+  }
 }
 
 TensorBoardWriter::~TensorBoardWriter() {

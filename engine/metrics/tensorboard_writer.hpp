@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <sys/types.h>
 
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>

@@ -15,7 +15,9 @@
 //        device_mem_mb=<used> precision=<p> params=<count>
 // MFU counts GptShape::flops_per_token (6 N + 12 L C T, the nanoGPT/PaLM formula) against the
 // backend's peak_flops for the compute dtype. device_mem_mb (CUDA only) is the device memory in
-// use after the timed steps, other processes' included (Loom allocates up front).
+// use after the timed steps (cudaMemGetInfo: the CUDA context, cuBLASLt's workspace and any other
+// process included; Loom allocates up front), comparable with the PyTorch script's device_used_mb,
+// not with its max_allocated_mb (tensors only).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,12 +56,14 @@ struct Options {
   std::exit(2);
 }
 
-int positive(const std::string& flag, const char* value) {
+int integer(const std::string& flag, const char* value, long least) {
   char* end = nullptr;
   const long v = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || v <= 0 || v > (1L << 30)) usage(flag + " expects a positive integer, got '" + value + "'");
+  if (end == value || *end != '\0' || v < least || v > (1L << 30))
+    usage(flag + " expects " + (least > 0 ? "a positive" : "a non-negative") + " integer, got '" + value + "'");
   return int(v);
 }
+int positive(const std::string& flag, const char* value) { return integer(flag, value, 1); }
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -77,7 +81,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--batch") o.batch = positive(flag, v);
     else if (flag == "--accum") o.accum = positive(flag, v);
     else if (flag == "--steps") o.steps = positive(flag, v);
-    else if (flag == "--warmup") o.warmup = std::atoi(v) >= 0 ? std::atoi(v) : 0;
+    else if (flag == "--warmup") o.warmup = integer(flag, v, 0);
     else usage("unknown flag " + flag);
   }
   if (o.d_model % o.heads != 0) usage("--d_model must be a multiple of --heads");

@@ -46,6 +46,10 @@ set +e
 set -e
 [ $rc = 2 ] && grep -q -- "--batch expects a positive integer, got '0'" "$out" || fail "--batch 0: rc $rc"
 set +e
+"$bench" --backend cpu --warmup abc >"$out" 2>&1; rc=$?
+set -e
+[ $rc = 2 ] && grep -q -- "--warmup expects a non-negative integer, got 'abc'" "$out" || fail "--warmup abc: rc $rc"
+set +e
 "$bench" --backend tpu >"$out" 2>&1; rc=$?
 set -e
 [ $rc = 2 ] && grep -q -- "--backend expects cuda or cpu, got 'tpu'" "$out" || fail "--backend tpu: rc $rc"
@@ -65,6 +69,6 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 /usr/bin/python3 "$here/scripts/torch_gpt_cuda_bench.py" --device cpu --precision fp32 --layers 2 --heads 2 \
   --d_model 64 --vocab 300 --seq 32 --batch 2 --steps 2 --warmup 1 --peak_tflops 1 >"$out" 2>&1 \
   || fail "torch_gpt_cuda_bench.py exited $?"
-grep -q '^torch tokens_per_s=[0-9.]* tokens_per_s_max=[0-9.]* step_ms=[0-9.]* mfu=0\.[0-9]* .* params=126720$' "$out" \
+grep -q '^torch tokens_per_s=[0-9.]* tokens_per_s_max=[0-9.]* step_ms=[0-9.]* mfu=0\.[0-9]* .*device_used_mb=-1.0 .*params=126720$' "$out" \
   || fail "torch_gpt_cuda_bench.py: report line incomplete or another parameter count"
 echo "bench_gpt_training smoke: OK"

@@ -150,6 +150,29 @@ TEST_CASE("TensorBoard on a full disk: the write throws, naming the file, and no
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("A TensorBoard writer that cannot write its first record throws and leaves no file") {
+  const auto dir = std::filesystem::temp_directory_path() / ("loom_test_tb_none_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  struct rlimit old_limit {};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+  const auto old_signal = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit none = old_limit;
+  none.rlim_cur = 0;  // no file may grow at all
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &none) == 0);
+  std::string message;
+  try {
+    TensorBoardWriter w(dir.string(), 7);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_signal);
+  CHECK(message.find("write failed: File too large") != std::string::npos);
+  CHECK(std::filesystem::is_empty(dir));  // the file it made is gone, not left empty
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("NVML is loaded at run time: absent here means no GPU fields, present means readings") {
   NvmlProbe probe(0);
   if (!probe.available()) {
