@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/util/append_whole.hpp"
+
 namespace loom {
 
 namespace {
@@ -104,25 +106,8 @@ MetricsLog::~MetricsLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void MetricsLog::append(const std::string& line) {
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      // Never leave a torn line: cut back to the end of the last complete one.
-      if (done > 0) {
-        const int rc = ::ftruncate(fd_, size_);  // best effort: the error below is the one to report
-        (void)rc;
-      }
-      throw std::runtime_error(path_ + ": write failed: " + std::strerror(err) +
-                               " (log.dir; the file ends with the last complete line)");
-    }
-    done += size_t(n);
-  }
-  size_ += off_t(line.size());
-}
+// Never a torn line: a failed write cuts back to the end of the last complete one.
+void MetricsLog::append(const std::string& line) { append_whole(fd_, size_, line, path_, "line"); }
 
 void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields) {
   std::string line = "{";

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -12,6 +11,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "engine/util/append_whole.hpp"
 #include "engine/util/crc32c.hpp"
 
 namespace loom {
@@ -149,27 +149,9 @@ void TensorBoardWriter::scalars(int64_t step, const std::vector<std::pair<std::s
 }
 
 // Unbuffered, so TensorBoard sees each step while the run is going. A record is written whole
-// or not at all: a torn one would make TensorBoard's reader stop there and hide every later step,
-// so a failed write cuts the file back to its last complete record before it throws.
+// or not at all: a torn one would make TensorBoard's reader stop there and hide every later step.
 void TensorBoardWriter::write(const std::string& event) {
-  const std::string r = tb::frame_record(event);
-  size_t done = 0;
-  while (done < r.size()) {
-    const ssize_t n = ::write(fd_, r.data() + done, r.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      if (done > 0) {
-        const int rc = ::ftruncate(fd_, size_);  // best effort: the error below is the one to report
-        (void)rc;
-        ::lseek(fd_, size_, SEEK_SET);
-      }
-      throw std::runtime_error(path_ + ": write failed: " + std::strerror(err) +
-                               " (log.dir; the file ends with the last complete record)");
-    }
-    done += size_t(n);
-  }
-  size_ += off_t(r.size());
+  append_whole(fd_, size_, tb::frame_record(event), path_, "record");
 }
 
 }  // namespace loom
