@@ -159,6 +159,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   Recipe staged = r;
   staged.parallel.dp = dp;
   const std::vector<int> layers = staged.stage_layers();
+  // The most micro-batches a step accumulates: goodput's train.batch_max, else the fixed batch's.
+  const int accum_max = std::max(accum, staged.grad_accum_max());
   size_t largest_params = 0;
   for (int s = 0, first = 0; s < pp; first += layers[size_t(s)], ++s) {
     const StageSpec spec{first, layers[size_t(s)], s == 0, s == pp - 1};
@@ -167,9 +169,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     const ParamTable frozen_table = gpt_param_table(shape, 0, tp, spec, ParamSet::Frozen);  // empty without LoRA
     const double frozen = double(gpt_frozen_bytes(frozen_table, shape.lora, act_bytes));
     largest_params = std::max(largest_params, table.total());
-    // The trainer allocates the in-flight activations of its largest accumulation (goodput's
-    // train.batch_max; the fixed batch's otherwise).
-    const int in_flight = parallel::pipeline_in_flight(s, pp, std::max(accum, staged.grad_accum_max()));
+    // The trainer allocates the in-flight activations of its largest accumulation.
+    const int in_flight = parallel::pipeline_in_flight(s, pp, accum_max);
     // The backends' attention_saved_bytes: the CPU keeps the probabilities in the compute dtype,
     // CUDA the fp32 log-sum-exp.
     const size_t att_saved = cl.device.cpu ? size_t(B) * (m.n_head / tp) * T * T * act_bytes
@@ -193,8 +194,7 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
       mem.comm_buffers = ((zero == 1 ? owned * (4 + (reduce16 ? 2 : 0)) : 0) + (reduce16 ? P * 2 : 0)) / MB;
     } else {
       // ZeRO-2/3 (engine/optim/sharded_state.hpp): per-unit buffers, at the most held at once.
-      const UnitPeaks u = unit_peaks(param_units(table), r.parallel.prefetch, std::max(accum, staged.grad_accum_max()),
-                                     pp > 1 && (spec.first || spec.last), dp);
+      const UnitPeaks u = unit_peaks(param_units(table), r.parallel.prefetch, accum_max, pp > 1 && (spec.first || spec.last), dp);
       // zero 2: the model's flat parameters (and compute copy); zero 3: the fp32 master shard
       // (and its compute copy) and the gathered units, in the compute dtype.
       mem.params = (zero == 2 ? P * (bf16 ? 4 + 2 : 4) : owned * (bf16 ? 4 + 2 : 4) + u.weights * act_bytes) / MB +
@@ -350,15 +350,14 @@ std::string format_prediction(const Recipe& r, const Cluster& c, const Predictio
                 p.micro_batch * p.grad_accum * p.dp, p.zero, p.recompute.c_str(), r.train.precision.c_str());
   os << b;
   const MemoryBreakdown& m = p.memory;
-  char note[64] = "";
-  if (m.frozen > 0) std::snprintf(note, sizeof note, " (frozen base %.1f)", m.frozen);
-  const std::string frozen_note = note;
+  char frozen_note[64] = "";
+  if (m.frozen > 0) std::snprintf(frozen_note, sizeof frozen_note, " (frozen base %.1f)", m.frozen);
   std::snprintf(b, sizeof b,
                 "memory per rank (largest: pipeline stage %d, %d micro-batch(es) in flight), MB:\n"
                 "  parameters %.1f%s | gradients %.1f | optimizer state %.1f (host %.1f) | activations %.1f | comm "
                 "buffers %.1f | workspace %.1f | host staging %.1f | runtime %.1f\n"
                 "  total %.1f MB of %.1f GB per %s: %s\n",
-                m.stage, m.in_flight, m.params, frozen_note.c_str(), m.grads, m.optimizer, m.optimizer_host, m.activations, m.comm_buffers,
+                m.stage, m.in_flight, m.params, frozen_note, m.grads, m.optimizer, m.optimizer_host, m.activations, m.comm_buffers,
                 m.workspace, m.staging, m.runtime, m.total(), c.device.memory_gb, c.device.cpu ? "node" : "device",
                 p.fits ? "fits" : "DOES NOT FIT");
   os << b;
