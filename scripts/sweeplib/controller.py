@@ -31,23 +31,54 @@ def write_json_atomically(path, obj):
     os.replace(tmp, path)
 
 
+class MetricTail:
+    """The [(steps, value)] history of `key` in one metrics.jsonl, read incrementally: each read()
+    parses only the whole lines appended since the last one. The median rule looks at every
+    started trial's history once a second, and a long run's file has one row per logged step, so
+    rereading every file from the start on each poll would grow without bound. A line without
+    its newline yet (being written) is left for the next read. A file replaced (another inode) or
+    cut shorter than what was read is read again from the start."""
+
+    def __init__(self, path, key):
+        self.path, self.key = path, key
+        self._restart(None)
+
+    def _restart(self, inode):
+        self.inode, self.offset, self.points = inode, 0, []
+
+    def read(self):
+        try:
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_ino != self.inode or st.st_size < self.offset:
+                    self._restart(st.st_ino)
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            self._restart(None)
+            return []
+        whole = data.rfind(b"\n") + 1
+        for line in data[:whole].splitlines():
+            self._take(line)
+        self.offset += whole
+        return list(self.points)
+
+    def _take(self, line):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return  # a line torn by a killed writer
+        if not isinstance(row, dict):
+            return
+        if "resumed_at_step" in row:  # a session redoing steps: its rows replace the earlier ones
+            self.points = [p for p in self.points if p[0] <= row["resumed_at_step"]]
+        elif row.get(self.key) is not None:
+            self.points.append((row["step"] + 1, float(row[self.key])))
+
+
 def metric_history(run_dir, key):
     """[(steps, value)] of every metrics.jsonl row holding `key` (steps counted from 1)."""
-    out = []
-    try:
-        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue  # a line being written
-                if "resumed_at_step" in row:  # a session redoing steps: its rows replace the earlier ones
-                    out = [p for p in out if p[0] <= row["resumed_at_step"]]
-                elif key in row and row[key] is not None:
-                    out.append((row["step"] + 1, float(row[key])))
-    except OSError:
-        pass
-    return out
+    return MetricTail(os.path.join(run_dir, "metrics.jsonl"), key).read()
 
 
 def last_session_status(run_dir):
@@ -80,6 +111,7 @@ class Controller:
     def __init__(self, out, spec, executor, log=print):
         self.out, self.spec, self.ex, self.log = os.path.abspath(out), spec, executor, log
         self.stop_signal = None
+        self._tails = {}  # run dir -> MetricTail of spec["metric"]
         os.makedirs(self.out, exist_ok=True)
         ident = {k: spec[k] for k in ("recipe", "sets", "metric", "mode", "max_steps", "scheduler", "trials")}
         path = os.path.join(self.out, STATE)
@@ -110,7 +142,7 @@ class Controller:
             if self.ex.adopt(t["id"], t["handle"]):
                 adopted += 1
                 continue
-            got = metric_history(self.run_dir(t), self.spec["metric"])
+            got = self.history(t)
             if t["stopping"] != "shutdown" and got and got[-1][0] == t["target"]:
                 self.finish(t["id"], None)  # its exit status from run.json
             else:
@@ -129,6 +161,13 @@ class Controller:
 
     def run_dir(self, t):
         return os.path.join(self.trial_dir(t), "run")
+
+    def history(self, t):
+        """Trial t's metric history so far (see MetricTail)."""
+        d = self.run_dir(t)
+        if d not in self._tails:
+            self._tails[d] = MetricTail(os.path.join(d, "metrics.jsonl"), self.spec["metric"])
+        return self._tails[d].read()
 
     def argv(self, t, target):
         d = self.trial_dir(t)
@@ -179,7 +218,7 @@ class Controller:
         t = self.trials[tid]
         if rc is None:
             rc = last_session_status(self.run_dir(t))
-        got = metric_history(self.run_dir(t), self.spec["metric"])
+        got = self.history(t)
         reached = got[-1][0] if got else 0
         if got:
             t["metrics"] = [[s, v] for s, v in got]  # every evaluation so far (the median rule's too)
@@ -204,7 +243,7 @@ class Controller:
 
     def watch(self):
         """The median rule: look at the running trials' evaluations as they appear."""
-        history = {t["id"]: metric_history(self.run_dir(t), self.spec["metric"])
+        history = {t["id"]: self.history(t)
                    for t in self.trials if t["status"] != "pending"}
         for tid in list(self.ex.running):
             t = self.trials[tid]

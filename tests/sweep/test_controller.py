@@ -2,7 +2,8 @@
 real one): an executor whose segments write metrics.jsonl and run.json the way loom does, a
 few steps per poll, with a loss that depends on the learning rate. Checks the median rule
 stopping a running trial through the executor, HyperBand finishing every bracket, PBT's
-generations, and a restart that re-attaches a running segment and reruns an interrupted one."""
+generations, and a restart that re-attaches a running segment and reruns an interrupted one;
+and the incremental metrics.jsonl reader against a whole reread."""
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
-from sweeplib.controller import Controller  # noqa: E402
+from sweeplib.controller import Controller, MetricTail, metric_history  # noqa: E402
 
 
 def loss(lr, step):
@@ -175,6 +176,63 @@ class ControllerTest(unittest.TestCase):
         for t, start, target in ex2.launched:
             self.assertFalse(t in finished_before and start == 0, f"trial {t} was trained again from 0")
         self.assertTrue(any(t["status"] == "done" for t in out))
+
+
+class MetricTailTest(unittest.TestCase):
+    """MetricTail gives what a whole reread gives, at every stage of a file's life, reading only
+    what was appended."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.tmp.name, "metrics.jsonl")
+        self.tail = MetricTail(self.path, "val_loss")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def append(self, text):
+        with open(self.path, "a") as f:
+            f.write(text)
+
+    def same_as_reread(self):
+        got = self.tail.read()
+        self.assertEqual(got, metric_history(self.tmp.name, "val_loss"))
+        return got
+
+    def row(self, step, **kw):
+        return json.dumps({"step": step, "loss": 3.0, **kw}) + "\n"
+
+    def test_appends_partial_lines_resumes_and_replacement(self):
+        self.assertEqual(self.same_as_reread(), [])  # no file yet
+        self.append(self.row(0) + self.row(9, val_loss=2.5))
+        self.assertEqual(self.same_as_reread(), [(10, 2.5)])
+        # A row being written: not taken until its newline arrives, and not lost then.
+        whole = self.row(19, val_loss=2.25)
+        self.append(whole[:10])
+        self.assertEqual(self.same_as_reread(), [(10, 2.5)])
+        self.assertEqual(self.tail.offset, os.path.getsize(self.path) - 10)
+        self.append(whole[10:])
+        self.assertEqual(self.same_as_reread(), [(10, 2.5), (20, 2.25)])
+        # Only what was appended is parsed: a byte changed in place before the offset is not seen.
+        with open(self.path, "r+") as f:
+            f.write("X")
+        self.assertEqual(self.tail.read(), [(10, 2.5), (20, 2.25)])
+        # A torn line (a killed writer) followed by a resumed session's rows.
+        self.append('{"step": 25, "val_l' + "\n" + json.dumps({"resumed_at_step": 10}) + "\n" +
+                    self.row(19, val_loss=2.0) + self.row(29, val_loss=1.75, ignored=None))
+        self.assertEqual(self.tail.read(), [(10, 2.5), (20, 2.0), (30, 1.75)])
+        # Cut shorter than what was read: read again from the start.
+        with open(self.path, "w") as f:
+            f.write(self.row(9, val_loss=4.0))
+        self.assertEqual(self.same_as_reread(), [(10, 4.0)])
+        # Replaced by another file (another inode) at least as long: read again from the start.
+        other = self.path + ".new"
+        with open(other, "w") as f:
+            f.write(self.row(9, val_loss=5.0) + self.row(19, val_loss=4.5) + self.row(29, val_loss=None))
+        os.replace(other, self.path)
+        self.assertEqual(self.same_as_reread(), [(10, 5.0), (20, 4.5)])
+        os.remove(self.path)
+        self.assertEqual(self.same_as_reread(), [])
 
 
 if __name__ == "__main__":
