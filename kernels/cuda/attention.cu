@@ -207,13 +207,14 @@ void check_head_size(int C, int NH) {
                              " is not supported (C must divide by NH, head size <= 256)");
 }
 
-// Whether the tiled kernels take a call of head size hs in dtype dt.
-bool use_flash(int hs, DType dt) {
+// Whether the tiled kernels take a call of B x NH heads of size hs in dtype dt. Their grid's y
+// is B * NH, at most 65535 blocks; the row kernels' 1-D grid has no such limit.
+bool use_flash(int B, int NH, int hs, DType dt) {
   static const bool rowwise = [] {
     const char* v = std::getenv("LOOM_CUDA_ATTENTION");
     return v && std::strcmp(v, "rowwise") == 0;
   }();
-  return !rowwise && flash_attention_supported(hs, dt);
+  return !rowwise && size_t(B) * NH <= 65535 && flash_attention_supported(hs, dt);
 }
 
 }  // namespace
@@ -225,7 +226,7 @@ void attention_forward(TypedPtr out, void* saved, ConstTypedPtr qkv, int B, int 
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
   float* lse = static_cast<float*>(saved);
-  if (use_flash(C / NH, dt)) return flash_attention_forward(out, lse, qkv, B, T, C, NH, ctx.stream);
+  if (use_flash(B, NH, C / NH, dt)) return flash_attention_forward(out, lse, qkv, B, T, C, NH, ctx.stream);
   dispatch_act("attention_forward", dt, [&](auto tag) {
     using S = decltype(tag);
     attention_forward_kernel<<<blocks_for(rows, 4), 128, 0, ctx.stream>>>(act_mut<S>(out), lse, act<S>(qkv), B, T, C,
@@ -245,7 +246,7 @@ void attention_backward(TypedPtr dqkv, ConstTypedPtr dout, ConstTypedPtr qkv, Co
   if (ws.bytes < rows * sizeof(float)) throw std::runtime_error("attention_backward: workspace too small");
   float* delta = static_cast<float*>(ws.ptr);
   const float* lse = static_cast<const float*>(saved);
-  if (use_flash(C / NH, dt))
+  if (use_flash(B, NH, C / NH, dt))
     return flash_attention_backward(dqkv, dout, qkv, out, lse, delta, B, T, C, NH, stream);
   dispatch_act("attention_backward", dt, [&](auto tag) {
     using S = decltype(tag);

@@ -2,11 +2,13 @@
 // keys and values into the cache, then one thread block per (batch, head, new query): its
 // threads score the cached keys into shared memory, a block-wide max and sum make the softmax
 // (fp32), and each thread then sums the values for its output channels. Shared memory holds
-// pos + Tq scores: 4 KB at a 1024-token context.
+// pos + Tq scores: 4 KB at a 1024-token context, past the default 48 KiB above ~12K tokens.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cfloat>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
@@ -75,6 +77,24 @@ __global__ void attention_cached_kernel(T* out, const T* kcache, const T* vcache
   }
 }
 
+// Above the default 48 KiB of dynamic shared memory (a context past about 12K tokens) the kernel
+// must be allowed more, up to the device's opt-in limit (227 KiB on an H100, 163 KiB on an A100:
+// about 58K and 41K tokens). Set on each such launch, not once: the attribute belongs to the
+// current device's context.
+template <typename K>
+void allow_shared(K* kernel, size_t bytes, int context) {
+  if (bytes <= size_t(48) << 10) return;
+  int dev = 0, optin = 0;
+  LOOM_CUDA_CHECK(cudaGetDevice(&dev));
+  LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > size_t(optin))
+    throw std::runtime_error("CUDA attention_cached: a context of " + std::to_string(context) + " tokens needs " +
+                             std::to_string(bytes) + " bytes of shared memory per block; this device allows " +
+                             std::to_string(optin) + " (about " +
+                             std::to_string(optin / int(sizeof(float)) - kThreads / 32 - 4) + " tokens)");
+  LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 }  // namespace
 
 void attention_cached(TypedPtr out, TypedPtr kcache, TypedPtr vcache, ConstTypedPtr qkv, int B, int Tq, int pos,
@@ -89,6 +109,7 @@ void attention_cached(TypedPtr out, TypedPtr kcache, TypedPtr vcache, ConstTyped
     // + 4: the compiled weighted-sum loop reads scores three at a time and may read up to two
     // past the row's last (unused; compute-sanitizer's memcheck flagged it on an H100, sm_90).
     const size_t shared = (size_t(kThreads / 32) + size_t(pos + Tq) + 4) * sizeof(float);
+    allow_shared(attention_cached_kernel<T>, shared, pos + Tq);
     attention_cached_kernel<<<dim3(unsigned(Tq), unsigned(NH), unsigned(B)), kThreads, shared, ctx.stream>>>(
         act_mut<T>(out), act_mut<T>(kcache), act_mut<T>(vcache), act<T>(qkv), Tq, pos, Tmax, C, NH);
     LOOM_CUDA_LAUNCHED();

@@ -181,6 +181,12 @@ TEST_CASE("CUDA flash attention fp16, head sizes 64 and 128, against the CPU", "
   run_case(DType::f16, 2, 100, 3, 64, 1);
 }
 
+TEST_CASE("CUDA attention with more heads than a grid's y holds (B x NH above 65535), against the CPU", "[attention]") {
+  // The tiled kernels put B x NH in the grid's y, at most 65535 blocks: such a call goes to the
+  // row kernels (a 1-D grid) instead of failing to launch.
+  run_case(DType::bf16, 65600, 2, 1, 64);
+}
+
 int main(int argc, char** argv) {
   const cuda::DeviceProbe probe = cuda::probe_devices();
   if (probe.count == 0) {

@@ -615,8 +615,10 @@ TEST_CASE("CUDA 16-bit: softmax cross-entropy, whole and vocab-parallel") {
 
 TEST_CASE("CUDA KV-cache attention: a prompt, then single tokens, against the CPU") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
-  // Head sizes 16, 64 and 40; a cache longer than a block of threads (Tmax 300).
-  for (auto [B, C, NH, Tmax] : {std::tuple{2, 48, 3, 20}, std::tuple{1, 128, 2, 300}, std::tuple{3, 120, 3, 9}}) {
+  // Head sizes 16, 64 and 40; a cache longer than a block of threads (Tmax 300); a context whose
+  // scores need more than the default 48 KiB of shared memory (Tmax 13000: 52 KB).
+  for (auto [B, C, NH, Tmax] : {std::tuple{2, 48, 3, 20}, std::tuple{1, 128, 2, 300}, std::tuple{3, 120, 3, 9},
+                                std::tuple{1, 64, 1, 13000}}) {
     Pair kc(cpu, gpu, std::vector<float>(size_t(B) * Tmax * C)), vc(cpu, gpu, std::vector<float>(size_t(B) * Tmax * C));
     int pos = 0;
     for (int Tq : {Tmax / 2, 1, 1, Tmax - Tmax / 2 - 2}) {
