@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -60,6 +61,14 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 MappedFile::MappedFile(MappedFile&& o) noexcept : path_(std::move(o.path_)), data_(o.data_), size_(o.size_) {
   o.data_ = nullptr;
   o.size_ = 0;
+}
+
+void MappedFile::drop_pages(size_t offset, size_t len) const {
+  if (!data_ || offset >= size_ || len == 0) return;
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  const size_t end = std::min(offset + std::min(len, size_ - offset) + page - 1, size_ + page - 1) / page * page;
+  ::madvise(const_cast<unsigned char*>(data_) + begin, end - begin, MADV_DONTNEED);  // advice: failure is harmless
 }
 
 MappedFile::~MappedFile() {

@@ -27,6 +27,13 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Gives the pages holding bytes [offset, offset + len) back to the kernel (madvise
+  // MADV_DONTNEED): they stay in the page cache and come back from it if touched again, but leave
+  // this process's resident set. A start-up scan of a whole dataset (CRC, token check) or a copy
+  // of a pretrained tensor out of the map would otherwise keep every page it read resident,
+  // counted in the peak RSS (and in a Slurm job's memory) for nothing.
+  void drop_pages(size_t offset, size_t len) const;
+
  private:
   std::string path_;
   const unsigned char* data_ = nullptr;

@@ -41,6 +41,17 @@ size_t gpt_frozen_bytes(const ParamTable& frozen, const LoraSpec& l, size_t act)
   return bytes + (dense + widest) * act;
 }
 
+FrozenLoadElems gpt_frozen_load_elems(const ParamTable& frozen, const LoraSpec& l, bool compute16) {
+  FrozenLoadElems e;
+  size_t widest_dense = 0;
+  for (const ParamInfo& p : frozen.params()) {
+    e.host = std::max(e.host, p.numel);
+    if (!quantized_weight(l, p.name)) widest_dense = std::max(widest_dense, p.numel);
+  }
+  if (compute16) e.backend = widest_dense;
+  return e;
+}
+
 // The frozen base: dense in the compute dtype, or (QLoRA) the blocks' linear weights quantized.
 void Gpt::alloc_frozen() {
   const LoraSpec& l = shape_.lora;
@@ -91,13 +102,9 @@ void Gpt::set_frozen(const std::function<void(const ParamInfo&, float*)>& fill) 
   std::vector<float> scales;
   const LoraSpec& l = shape_.lora;
   const QuantKind kind = quant_kind(l);
-  size_t widest = 0, widest_dense = 0;
-  for (const ParamInfo& p : frozen_table_.params()) {
-    widest = std::max(widest, p.numel);
-    if (frozen_dense_.count(p.name)) widest_dense = std::max(widest_dense, p.numel);
-  }
-  std::vector<float> host(widest);
-  float* staging = compute_ != DType::f32 && widest_dense ? be_.alloc(widest_dense) : nullptr;
+  const FrozenLoadElems load = gpt_frozen_load_elems(frozen_table_, l, compute_ != DType::f32);
+  std::vector<float> host(load.host);
+  float* staging = load.backend ? be_.alloc(load.backend) : nullptr;
   for (const ParamInfo& p : frozen_table_.params()) {
     fill(p, host.data());
     const float* src = host.data();

@@ -82,4 +82,13 @@ class ParamTable;
 // against it. Defined in gpt_frozen.cpp.
 size_t gpt_frozen_bytes(const ParamTable& frozen, const LoraSpec& lora, size_t act);
 
+// What Gpt::set_frozen holds while the base goes in, a tensor at a time (elements): an fp32
+// host buffer as wide as the widest frozen tensor, and, when the compute dtype is 16-bit, an
+// fp32 backend buffer as wide as the widest dense one (uploaded, then converted into place).
+// set_frozen sizes its buffers from it; `loom plan` counts them. Defined in gpt_frozen.cpp.
+struct FrozenLoadElems {
+  size_t host = 0, backend = 0;
+};
+FrozenLoadElems gpt_frozen_load_elems(const ParamTable& frozen, const LoraSpec& lora, bool compute16);
+
 }  // namespace loom

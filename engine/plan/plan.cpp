@@ -9,6 +9,7 @@
 #include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/param_table.hpp"
+#include "engine/pretrained/load_pretrained.hpp"
 #include "kernels/backend.hpp"
 #include "parallel/pipeline_schedule.hpp"
 
@@ -216,9 +217,7 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     // Host staging: the initial parameters (a full copy while the optimizer is allocated), or a
     // checkpoint's snapshot of parameters and both moments (kept between saves), whichever is
     // larger; on GPUs it is host memory, not device memory.
-    // (LoRA's frozen base goes in a tensor at a time, Gpt::set_frozen: its one-tensor buffers live
-    // while the model is built, before the data loader and the first step's buffers, and were
-    // not seen in the peak: not counted.)
+    // (LoRA's frozen base goes in a tensor at a time before the optimizer exists: `loading` below.)
     double staging = (r.checkpoint.dir.empty() ? 4.0 : 12.0) * P / MB;
     // ZeRO-2/3's per-unit buffers appear in the first step, after the initial copy is gone: the
     // peak holds the larger of the two, not both (a checkpoint's snapshot does meet them).
@@ -227,6 +226,23 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     mem.runtime = r.train.precision == "bf16" && cl.device.runtime_bf16_mb > 0 ? cl.device.runtime_bf16_mb
                                                                               : cl.device.runtime_mb;
     mem.host_is_device = cl.device.cpu;
+    // While the weights go in (Trainer::build_model): the model's buffers are there (parameters,
+    // gradients, frozen base, activations), the optimizer's state and communication buffers not
+    // yet, nor (CPU, fp32) OpenBLAS's per-thread buffers, which the bf16 baseline leaves out.
+    // On top: the initial parameters' host copy, and one tensor in flight: LoRA's fp32 host
+    // buffer and 16-bit staging buffer (gpt_frozen_load_elems), and with model.init_from the
+    // source's fp32 copy of the global tensor being read. Host memory counts on the CPU only.
+    const FrozenLoadElems fl = gpt_frozen_load_elems(frozen_table, shape.lora, bf16);
+    double in_flight_bytes = double(fl.backend) * 4;
+    if (cl.device.cpu) {
+      const double read = m.init_from.empty() ? 0 : double(pretrained_read_bytes(table)),
+                   read_frozen = m.init_from.empty() ? 0 : double(pretrained_read_bytes(frozen_table));
+      // load_pretrained (the trainable tensors, into the host copy), then set_frozen.
+      in_flight_bytes = std::max(read, double(fl.host) * 4 + in_flight_bytes + read_frozen) + 4.0 * P;
+    }
+    const double runtime_at_load =
+        cl.device.cpu && cl.device.runtime_bf16_mb > 0 ? std::min(mem.runtime, cl.device.runtime_bf16_mb) : mem.runtime;
+    mem.loading = mem.params + mem.grads + mem.activations + mem.workspace + runtime_at_load + in_flight_bytes / MB;
     if (mem.total() > p.memory.total()) p.memory = mem;
   }
   const double capacity_mb = cl.device.memory_gb * 1024 / (cl.device.cpu ? cl.per_node : 1);
@@ -352,13 +368,17 @@ std::string format_prediction(const Recipe& r, const Cluster& c, const Predictio
   const MemoryBreakdown& m = p.memory;
   char frozen_note[64] = "";
   if (m.frozen > 0) std::snprintf(frozen_note, sizeof frozen_note, " (frozen base %.1f)", m.frozen);
+  char loading_note[96] = "";
+  if (m.loading > m.step_total())
+    std::snprintf(loading_note, sizeof loading_note, " (while the weights go in, a tensor at a time; %.1f in the step)",
+                  m.step_total());
   std::snprintf(b, sizeof b,
                 "memory per rank (largest: pipeline stage %d, %d micro-batch(es) in flight), MB:\n"
                 "  parameters %.1f%s | gradients %.1f | optimizer state %.1f (host %.1f) | activations %.1f | comm "
                 "buffers %.1f | workspace %.1f | host staging %.1f | runtime %.1f\n"
-                "  total %.1f MB of %.1f GB per %s: %s\n",
+                "  total %.1f MB%s of %.1f GB per %s: %s\n",
                 m.stage, m.in_flight, m.params, frozen_note, m.grads, m.optimizer, m.optimizer_host, m.activations, m.comm_buffers,
-                m.workspace, m.staging, m.runtime, m.total(), c.device.memory_gb, c.device.cpu ? "node" : "device",
+                m.workspace, m.staging, m.runtime, m.total(), loading_note, c.device.memory_gb, c.device.cpu ? "node" : "device",
                 p.fits ? "fits" : "DOES NOT FIT");
   os << b;
   std::snprintf(b, sizeof b,

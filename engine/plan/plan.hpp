@@ -5,6 +5,7 @@
 // same functions that size the real buffers (the parameter table, gpt_activation_bytes, the
 // 1F1B in-flight count, ZeRO's shard); time from the model-FLOPs formula and an alpha-beta
 // communication model with the device rates in docs/plan.md. No MPI: pure arithmetic.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,15 @@ struct MemoryBreakdown {  // MB, one rank (the largest over pipeline stages)
   double frozen = 0;          // of params: LoRA's frozen base (dense or quantized), no gradients or state
   double optimizer_host = 0;  // optim.offload: master, moments and gradient copy in host memory
   bool host_is_device = false;  // CPU: host memory is the device's
-  double total() const {
+  // While the model is built and its weights go in, before the optimizer exists: usually below
+  // the step's peak, but not for LoRA with a large vocabulary (the frozen embedding's one-tensor
+  // buffers). 0 where not worked out.
+  double loading = 0;
+  double step_total() const {
     return params + grads + optimizer + activations + comm_buffers + workspace + staging + runtime +
            (host_is_device ? optimizer_host : 0);
   }
+  double total() const { return std::max(step_total(), loading); }
 };
 
 struct Prediction {

@@ -115,6 +115,7 @@ class LlmcSource final : public PretrainedSource {
         std::memcpy(&out[size_t(i)], &bits, 4);
       }
     }
+    file_.drop_pages(size_t(src - file_.data()), size_t(n) * elem_bytes());  // copied: not kept resident
     return out;
   }
 

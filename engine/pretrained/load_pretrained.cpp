@@ -1,5 +1,8 @@
 #include "engine/pretrained/load_pretrained.hpp"
 
+#include <algorithm>
+#include <cstddef>
+
 namespace loom {
 
 void load_pretrained_param(const ParamInfo& p, const GptShape& shape, const PretrainedSource& src, float* dst) {
@@ -12,6 +15,16 @@ void load_pretrained_param(const ParamInfo& p, const GptShape& shape, const Pret
     const int64_t g = p.global_index(i);
     dst[i] = g < stored ? global[size_t(g)] : 0.0f;
   }
+}
+
+size_t pretrained_read_bytes(const ParamTable& table) {
+  size_t widest = 0;
+  for (const ParamInfo& p : table.params()) {
+    size_t n = 1;
+    for (int64_t d : p.global_shape) n *= size_t(d);
+    widest = std::max(widest, n);
+  }
+  return widest * sizeof(float);
 }
 
 void load_pretrained(const ParamTable& table, const GptShape& shape, const PretrainedSource& src, float* host) {

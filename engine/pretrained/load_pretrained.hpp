@@ -14,5 +14,8 @@ namespace loom {
 void load_pretrained(const ParamTable& table, const GptShape& shape, const PretrainedSource& src, float* host);
 // One tensor of it into `dst` (p.numel floats), adapters included (the caller skips them).
 void load_pretrained_param(const ParamInfo& p, const GptShape& shape, const PretrainedSource& src, float* dst);
+// The host bytes load_pretrained_param holds besides `dst` for the widest tensor of `table`: the
+// source's copy of the whole global tensor, in fp32 (a tp slice is cut from it). For `loom plan`.
+size_t pretrained_read_bytes(const ParamTable& table);
 
 }  // namespace loom

@@ -108,19 +108,28 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std:
     throw std::runtime_error(path() + ": tensor '" + name + "' has shape " + shape_text(e->shape) + ", expected " +
                              shape_text(expected));
   const size_t n = size_t(e->elements());
-  std::vector<float> out(n);
-  const unsigned char* p = file_.data() + data_start_ + e->begin;
-  if (e->dtype == "F32") {
-    std::memcpy(out.data(), p, n * 4);  // little-endian host (x86-64, aarch64)
-  } else if (e->dtype == "BF16" || e->dtype == "F16") {
-    const bool bf = e->dtype == "BF16";
-    for (size_t i = 0; i < n; ++i) {
-      const uint16_t b = uint16_t(p[2 * i] | (p[2 * i + 1] << 8));
-      out[i] = bf ? float(bf16::from_bits(b)) : fp16::to_float(b);
-    }
-  } else {
+  if (e->dtype != "F32" && e->dtype != "BF16" && e->dtype != "F16")
     throw std::runtime_error(path() + ": tensor '" + name + "' has dtype " + e->dtype +
                              ", which Loom does not read (F32, BF16 or F16)");
+  const size_t elem = e->dtype == "F32" ? 4 : 2;
+  const bool bf = e->dtype == "BF16";
+  std::vector<float> out(n);
+  const size_t start = data_start_ + size_t(e->begin);
+  // In pieces, each piece's pages dropped once copied (MappedFile::drop_pages): the file's copy
+  // of a large tensor (GPT-2's token embedding: 154 MB) is never resident next to `out` whole.
+  constexpr size_t kPiece = size_t(1) << 20;  // elements: 4 MiB of fp32
+  for (size_t first = 0; first < n; first += kPiece) {
+    const size_t count = std::min(kPiece, n - first);
+    const unsigned char* p = file_.data() + start + first * elem;
+    if (elem == 4) {
+      std::memcpy(out.data() + first, p, count * 4);  // little-endian host (x86-64, aarch64)
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t b = uint16_t(p[2 * i] | (p[2 * i + 1] << 8));
+        out[first + i] = bf ? float(bf16::from_bits(b)) : fp16::to_float(b);
+      }
+    }
+    file_.drop_pages(start + first * elem, count * elem);
   }
   return out;
 }
