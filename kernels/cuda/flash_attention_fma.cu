@@ -324,7 +324,9 @@ bool flash_attention_supported(int hs, DType dt) {
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     return false;
-  return size_t(optin) >= (hs == 64 ? smem_bytes<64>(4) : smem_bytes<128>(4));
+  const size_t need = flash_attention_mma_takes(dt) ? flash_attention_mma_smem(hs)
+                                                    : hs == 64 ? smem_bytes<64>(4) : smem_bytes<128>(4);
+  return size_t(optin) >= need;
 }
 
 void flash_attention_forward(TypedPtr out, float* lse, ConstTypedPtr qkv, int B, int T, int C, int NH,

@@ -25,6 +25,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -530,6 +531,13 @@ void dispatch16(DType dt, int hs, F&& f) {
 }
 
 }  // namespace
+
+bool flash_attention_mma_takes(DType dt) { return usable(dt); }
+
+size_t flash_attention_mma_smem(int hs) {
+  if (hs == 64) return std::max({fwd_smem<64>(), dkv_smem<64>(), dq_smem<64>()});
+  return std::max({fwd_smem<128>(), dkv_smem<128>(), dq_smem<128>()});
+}
 
 bool flash_attention_forward_mma(TypedPtr out, float* lse, ConstTypedPtr qkv, int B, int T, int C, int NH,
                                  cudaStream_t stream) {
