@@ -31,7 +31,8 @@ class MappedFile {
   // MADV_DONTNEED): they stay in the page cache and come back from it if touched again, but leave
   // this process's resident set. A start-up scan of a whole dataset (CRC, token check) or a copy
   // of a pretrained tensor out of the map would otherwise keep every page it read resident,
-  // counted in the peak RSS (and in a Slurm job's memory) for nothing.
+  // counted in the process's peak RSS for nothing. (Memory cgroups, Slurm's included, charge
+  // the page cache either way; those pages are clean and reclaimable.)
   void drop_pages(size_t offset, size_t len) const;
 
  private:

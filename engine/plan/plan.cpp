@@ -226,9 +226,11 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     mem.runtime = r.train.precision == "bf16" && cl.device.runtime_bf16_mb > 0 ? cl.device.runtime_bf16_mb
                                                                               : cl.device.runtime_mb;
     mem.host_is_device = cl.device.cpu;
-    // While the weights go in (Trainer::build_model): the model's buffers are there (parameters,
-    // gradients, frozen base, activations), the optimizer's state and communication buffers not
-    // yet, nor (CPU, fp32) OpenBLAS's per-thread buffers, which the bf16 baseline leaves out.
+    // While the weights go in (Trainer::build_model): the model's own buffers are there (its
+    // flat parameters and gradients as ModelHolds allows: both at zero 0/1, the parameters at
+    // zero 2, neither at zero 3, whose shards and unit buffers the optimizer makes later; the
+    // frozen base; the activations), the optimizer's state and communication buffers not yet,
+    // nor (CPU, fp32) OpenBLAS's per-thread buffers, which the bf16 baseline leaves out.
     // On top: the initial parameters' host copy, and one tensor in flight: LoRA's fp32 host
     // buffer and 16-bit staging buffer (gpt_frozen_load_elems), and with model.init_from the
     // source's fp32 copy of the global tensor being read. Host memory counts on the CPU only.
@@ -242,7 +244,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     }
     const double runtime_at_load =
         cl.device.cpu && cl.device.runtime_bf16_mb > 0 ? std::min(mem.runtime, cl.device.runtime_bf16_mb) : mem.runtime;
-    mem.loading = mem.params + mem.grads + mem.activations + mem.workspace + runtime_at_load + in_flight_bytes / MB;
+    const double held = (zero <= 2 ? P * (bf16 ? 4 + 2 : 4) : 0) + (zero <= 1 ? P * 4 : 0) + frozen;
+    mem.loading = held / MB + mem.activations + mem.workspace + runtime_at_load + in_flight_bytes / MB;
     if (mem.total() > p.memory.total()) p.memory = mem;
   }
   const double capacity_mb = cl.device.memory_gb * 1024 / (cl.device.cpu ? cl.per_node : 1);

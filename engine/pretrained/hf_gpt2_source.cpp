@@ -1,4 +1,5 @@
 // A Hugging Face GPT-2 directory: config.json (hf_gpt2_config.hpp) and model.safetensors.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -33,18 +34,28 @@ class HfGpt2Source final : public PretrainedSource {
     if (!e)
       throw std::runtime_error(file_.path() + ": no tensor '" + name + "' (Loom's " + loom_name +
                                "); a GPT-2 of " + std::to_string(model().n_layer) + " layers (config.json) has it");
-    std::vector<float> data = file_.read_f32(name);
     shape = e->shape;
-    if (loom_name == "wte") check_tied_head(data);
-    if (!hf.transposed) return data;
+    if (!hf.transposed) {
+      std::vector<float> data = file_.read_f32(name);
+      if (loom_name == "wte") check_tied_head(data);
+      return data;
+    }
     if (shape.size() != 2)
       throw std::runtime_error(file_.path() + ": tensor '" + name + "' has " + std::to_string(shape.size()) +
                                " dimensions, expected a 2-D Conv1D weight [in, out]");
+    // Read a piece of stored rows at a time and transposed into place, so that only the result
+    // and one piece are ever held (`loom plan` counts one fp32 copy of the tensor being read).
     const int64_t in = shape[0], out = shape[1];
-    std::vector<float> t(data.size());
+    std::vector<float> t(size_t(in * out)), rows;
+    const int64_t per = std::max<int64_t>(1, int64_t(SafetensorsFile::kReadPiece) / std::max<int64_t>(out, 1));
+    for (int64_t i0 = 0; i0 < in; i0 += per) {
+      const int64_t n = std::min(per, in - i0);
+      rows.resize(size_t(n * out));
+      file_.read_f32_range(name, size_t(i0 * out), rows.size(), rows.data());
 #pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) t[size_t(o * in + i)] = data[size_t(i * out + o)];
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < n; ++i) t[size_t(o * in + i0 + i)] = rows[size_t(i * out + o)];
+    }
     shape = {out, in};
     return t;
   }
@@ -61,8 +72,15 @@ class HfGpt2Source final : public PretrainedSource {
   void check_tied_head(const std::vector<float>& wte) const {
     const SafetensorsEntry* head = file_.find("lm_head.weight");
     if (!head) return;
-    const std::vector<float> h = file_.read_f32("lm_head.weight");
-    if (h.size() != wte.size() || std::memcmp(h.data(), wte.data(), h.size() * sizeof(float)) != 0)
+    // Compared a piece at a time: no second whole copy of the embedding next to wte's.
+    bool same = size_t(head->elements()) == wte.size();
+    std::vector<float> piece;
+    for (size_t first = 0; same && first < wte.size(); first += SafetensorsFile::kReadPiece) {
+      piece.resize(std::min(SafetensorsFile::kReadPiece, wte.size() - first));
+      file_.read_f32_range("lm_head.weight", first, piece.size(), piece.data());
+      same = std::memcmp(piece.data(), wte.data() + first, piece.size() * sizeof(float)) == 0;
+    }
+    if (!same)
       throw std::runtime_error(file_.path() + ": lm_head.weight differs from " + prefix_ +
                                "wte.weight; Loom's GPT ties the LM head to the token embedding, as GPT-2 does");
   }

@@ -100,37 +100,46 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_t>& expected) const {
+const SafetensorsEntry& SafetensorsFile::readable(const std::string& name) const {
   const SafetensorsEntry* e = find(name);
   if (!e) throw std::runtime_error(path() + ": no tensor '" + name + "' (the file has " +
                                    std::to_string(entries_.size()) + " tensors)");
-  if (!expected.empty() && e->shape != expected)
-    throw std::runtime_error(path() + ": tensor '" + name + "' has shape " + shape_text(e->shape) + ", expected " +
-                             shape_text(expected));
-  const size_t n = size_t(e->elements());
   if (e->dtype != "F32" && e->dtype != "BF16" && e->dtype != "F16")
     throw std::runtime_error(path() + ": tensor '" + name + "' has dtype " + e->dtype +
                              ", which Loom does not read (F32, BF16 or F16)");
-  const size_t elem = e->dtype == "F32" ? 4 : 2;
-  const bool bf = e->dtype == "BF16";
-  std::vector<float> out(n);
-  const size_t start = data_start_ + size_t(e->begin);
-  // In pieces, each piece's pages dropped once copied (MappedFile::drop_pages): the file's copy
-  // of a large tensor (GPT-2's token embedding: 154 MB) is never resident next to `out` whole.
-  constexpr size_t kPiece = size_t(1) << 20;  // elements: 4 MiB of fp32
-  for (size_t first = 0; first < n; first += kPiece) {
-    const size_t count = std::min(kPiece, n - first);
-    const unsigned char* p = file_.data() + start + first * elem;
-    if (elem == 4) {
-      std::memcpy(out.data() + first, p, count * 4);  // little-endian host (x86-64, aarch64)
-    } else {
-      for (size_t i = 0; i < count; ++i) {
-        const uint16_t b = uint16_t(p[2 * i] | (p[2 * i + 1] << 8));
-        out[first + i] = bf ? float(bf16::from_bits(b)) : fp16::to_float(b);
-      }
+  return *e;
+}
+
+void SafetensorsFile::read_f32_range(const std::string& name, size_t first, size_t count, float* out) const {
+  const SafetensorsEntry& e = readable(name);
+  if (first > size_t(e.elements()) || count > size_t(e.elements()) - first)
+    throw std::logic_error(path() + ": elements [" + std::to_string(first) + ", +" + std::to_string(count) +
+                           ") of tensor '" + name + "' are past its " + std::to_string(e.elements()));
+  const size_t elem = e.dtype == "F32" ? 4 : 2, at = data_start_ + size_t(e.begin) + first * elem;
+  const unsigned char* p = file_.data() + at;
+  if (elem == 4) {
+    std::memcpy(out, p, count * 4);  // little-endian host (x86-64, aarch64)
+  } else {
+    const bool bf = e.dtype == "BF16";
+    for (size_t i = 0; i < count; ++i) {
+      const uint16_t b = uint16_t(p[2 * i] | (p[2 * i + 1] << 8));
+      out[i] = bf ? float(bf16::from_bits(b)) : fp16::to_float(b);
     }
-    file_.drop_pages(start + first * elem, count * elem);
   }
+  file_.drop_pages(at, count * elem);
+}
+
+std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_t>& expected) const {
+  const SafetensorsEntry& e = readable(name);
+  if (!expected.empty() && e.shape != expected)
+    throw std::runtime_error(path() + ": tensor '" + name + "' has shape " + shape_text(e.shape) + ", expected " +
+                             shape_text(expected));
+  const size_t n = size_t(e.elements());
+  std::vector<float> out(n);
+  // In pieces: the file's copy of a large tensor (GPT-2's token embedding: 154 MB) is never
+  // resident next to `out` whole.
+  for (size_t first = 0; first < n; first += kReadPiece)
+    read_f32_range(name, first, std::min(kReadPiece, n - first), out.data() + first);
   return out;
 }
 

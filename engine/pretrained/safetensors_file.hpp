@@ -42,8 +42,14 @@ class SafetensorsFile {
   // Tensor `name` as fp32, row-major. Throws if it is missing, not F32/BF16/F16, or of another
   // shape than `expected` (an empty `expected` accepts any shape).
   std::vector<float> read_f32(const std::string& name, const std::vector<int64_t>& expected = {}) const;
+  // Elements [first, first + count) of tensor `name` (row-major) as fp32 into `out`; the pages
+  // read are given back (MappedFile::drop_pages). For walking a large tensor in pieces of
+  // kReadPiece elements (4 MiB of fp32) without its whole file copy resident. Same errors.
+  void read_f32_range(const std::string& name, size_t first, size_t count, float* out) const;
+  static constexpr size_t kReadPiece = size_t(1) << 20;
 
  private:
+  const SafetensorsEntry& readable(const std::string& name) const;  // exists, F32/BF16/F16
   MappedFile file_;
   uint64_t data_start_ = 0;
   std::vector<SafetensorsEntry> entries_;

@@ -36,10 +36,17 @@ bool predict_cpu(const Recipe& r, MemoryBreakdown* m) {
 }
 
 std::string breakdown(const MemoryBreakdown& m) {
-  char b[256];
+  char b[320];
   std::snprintf(b, sizeof b, "parameters %.0f MB, gradients %.0f MB, optimizer state %.0f MB, activations %.0f MB",
                 m.params, m.grads, m.optimizer, m.activations);
-  return b;
+  std::string out = b;
+  if (m.loading > m.step_total()) {
+    // Then the peak is not the step's: say so, or the parts above do not add up to the total.
+    std::snprintf(b, sizeof b, "; the peak is while the weights go in, %.0f MB (the step's is %.0f MB): one tensor's "
+                  "loading buffers beside the model", m.loading, m.step_total());
+    out += b;
+  }
+  return out;
 }
 
 const char* kAdvice =

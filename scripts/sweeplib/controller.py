@@ -36,22 +36,29 @@ class MetricTail:
     parses only the whole lines appended since the last one. The median rule looks at every
     started trial's history once a second, and a long run's file has one row per logged step, so
     rereading every file from the start on each poll would grow without bound. A line without
-    its newline yet (being written) is left for the next read. A file replaced (another inode) or
-    cut shorter than what was read is read again from the start."""
+    its newline yet (being written) is left for the next read. A file replaced (another device or
+    inode), cut shorter than what was read, or whose byte before the read offset is no longer a
+    newline (rewritten in place, e.g. a directory removed and made again on a reused inode) is
+    read again from the start."""
 
     def __init__(self, path, key):
         self.path, self.key = path, key
         self._restart(None)
 
-    def _restart(self, inode):
-        self.inode, self.offset, self.points = inode, 0, []
+    def _restart(self, ident):
+        self.ident, self.offset, self.points = ident, 0, []
 
     def read(self):
         try:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
-                if st.st_ino != self.inode or st.st_size < self.offset:
-                    self._restart(st.st_ino)
+                ident = (st.st_dev, st.st_ino)
+                if ident != self.ident or st.st_size < self.offset:
+                    self._restart(ident)
+                elif self.offset:
+                    f.seek(self.offset - 1)
+                    if f.read(1) != b"\n":
+                        self._restart(ident)
                 f.seek(self.offset)
                 data = f.read()
         except OSError:

@@ -231,6 +231,10 @@ class MetricTailTest(unittest.TestCase):
             f.write(self.row(9, val_loss=5.0) + self.row(19, val_loss=4.5) + self.row(29, val_loss=None))
         os.replace(other, self.path)
         self.assertEqual(self.same_as_reread(), [(10, 5.0), (20, 4.5)])
+        # Rewritten in place (the same inode), longer, with no newline just before the old offset.
+        with open(self.path, "r+") as f:
+            f.write(json.dumps({"step": 9, "val_loss": 7.0, "pad": "x" * self.tail.offset}) + "\n")
+        self.assertEqual(self.same_as_reread(), [(10, 7.0)])
         os.remove(self.path)
         self.assertEqual(self.same_as_reread(), [])
 
