@@ -10,6 +10,11 @@
 namespace loom {
 namespace {
 
+// The whole-file scans (CRC, largest token) go in pieces of this many bytes, each piece's pages
+// given back once read (MappedFile::drop_pages), so checking a large dataset does not leave it
+// resident.
+constexpr size_t kScanPiece = size_t(16) << 20;
+
 [[noreturn]] void bad(const std::string& path, const std::string& what) { throw std::runtime_error(path + ": " + what); }
 
 template <typename T>
@@ -49,9 +54,7 @@ bool checked_muladd(uint64_t a, uint64_t b, uint64_t c, uint64_t& out) {
 
 uint32_t file_crc32c(const MappedFile& f) {
   // Pieces of 16 MiB checksummed by all threads, combined in file order.
-  constexpr size_t piece = size_t(16) << 20;
-  // Each piece's pages are dropped once read (MappedFile::drop_pages), so checking a large
-  // dataset does not leave all of it resident.
+  constexpr size_t piece = kScanPiece;
   const size_t n = f.size(), pieces = (n + piece - 1) / piece;
   if (pieces <= 1) {
     const uint32_t crc = crc32c(f.data(), n);
@@ -61,8 +64,9 @@ uint32_t file_crc32c(const MappedFile& f) {
   std::vector<uint32_t> crc(pieces);
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t i = 0; i < pieces; ++i) {
-    crc[i] = crc32c(f.data() + i * piece, std::min(piece, n - i * piece));
-    f.drop_pages(i * piece, std::min(piece, n - i * piece));
+    const size_t len = std::min(piece, n - i * piece);
+    crc[i] = crc32c(f.data() + i * piece, len);
+    f.drop_pages(i * piece, len);
   }
   uint32_t whole = crc[0];
   const Crc32cAppender append(piece);
@@ -72,14 +76,15 @@ uint32_t file_crc32c(const MappedFile& f) {
 }
 
 uint32_t TokenShard::max_token() const {
-  // In pieces of 16 MiB, each piece's pages dropped once scanned (as file_crc32c).
-  const size_t per_piece = (size_t(16) << 20) / size_t(token_bytes), pieces = (count + per_piece - 1) / per_piece;
+  // In pieces of kScanPiece bytes, as file_crc32c.
+  const size_t per_piece = kScanPiece / size_t(token_bytes), pieces = (count + per_piece - 1) / per_piece;
   uint32_t mx = 0;
 #pragma omp parallel for reduction(max : mx) schedule(dynamic, 1)
   for (size_t p = 0; p < pieces; ++p) {
     const size_t begin = p * per_piece, end = std::min(count, begin + per_piece);
     for (size_t i = begin; i < end; ++i) mx = std::max(mx, at(i));
-    if (file) file->drop_pages(size_t(tokens - file->data()) + begin * size_t(token_bytes), (end - begin) * size_t(token_bytes));
+    if (file)
+      file->drop_pages(size_t(tokens - file->data()) + begin * size_t(token_bytes), (end - begin) * size_t(token_bytes));
   }
   return mx;
 }

@@ -4,12 +4,12 @@
 //   then 16 tensors back to back, each layer's tensors of one kind stacked [L, ...], weights
 //   [out, in] (nn.Linear): wte [Vp, C], wpe [maxT, C], ln1w, ln1b, qkvw [3C, C], qkvb, attprojw
 //   [C, C], attprojb, ln2w, ln2b, fcw [4C, C], fcb, fcprojw [C, 4C], fcprojb, lnfw [C], lnfb [C].
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
 #include "engine/data/mapped_file.hpp"
+#include "engine/pretrained/mapped_floats.hpp"
 #include "engine/pretrained/pretrained_source.hpp"
 
 namespace loom {
@@ -105,25 +105,8 @@ class LlmcSource final : public PretrainedSource {
   // n elements of tensor `index` from element `first`, as fp32.
   std::vector<float> take(int index, int64_t first, int64_t n, const std::vector<int64_t>&) const {
     std::vector<float> out(static_cast<size_t>(n));
-    const size_t at = kHeaderBytes + (begin_[index] + uint64_t(first)) * elem_bytes();
-    // In pieces of 1M elements, each piece's pages given back once copied (MappedFile::drop_pages),
-    // so the file's copy of a large tensor is never resident next to `out` whole.
-    constexpr size_t kPiece = size_t(1) << 20;
-    for (size_t lo = 0; lo < size_t(n); lo += kPiece) {
-      const size_t count = std::min(kPiece, size_t(n) - lo);
-      const unsigned char* src = file_.data() + at + lo * elem_bytes();
-      if (h_.version == 3) {
-        std::memcpy(out.data() + lo, src, count * 4);
-      } else {
-        for (size_t i = 0; i < count; ++i) {
-          uint16_t b;
-          std::memcpy(&b, src + 2 * i, 2);
-          const uint32_t bits = uint32_t(b) << 16;
-          std::memcpy(&out[lo + i], &bits, 4);
-        }
-      }
-      file_.drop_pages(at + lo * elem_bytes(), count * elem_bytes());
-    }
+    read_mapped_floats(file_, kHeaderBytes + (begin_[index] + uint64_t(first)) * elem_bytes(), out.size(),
+                       h_.version == 3 ? StoredFloat::F32 : StoredFloat::BF16, out.data());
     return out;
   }
 

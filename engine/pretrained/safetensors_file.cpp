@@ -110,23 +110,17 @@ const SafetensorsEntry& SafetensorsFile::readable(const std::string& name) const
   return *e;
 }
 
+void SafetensorsFile::copy_elements(const SafetensorsEntry& e, size_t first, size_t count, float* out) const {
+  const StoredFloat kind = e.dtype == "F32" ? StoredFloat::F32 : e.dtype == "BF16" ? StoredFloat::BF16 : StoredFloat::F16;
+  read_mapped_floats(file_, data_start_ + size_t(e.begin) + first * stored_float_bytes(kind), count, kind, out);
+}
+
 void SafetensorsFile::read_f32_range(const std::string& name, size_t first, size_t count, float* out) const {
   const SafetensorsEntry& e = readable(name);
   if (first > size_t(e.elements()) || count > size_t(e.elements()) - first)
     throw std::logic_error(path() + ": elements [" + std::to_string(first) + ", +" + std::to_string(count) +
                            ") of tensor '" + name + "' are past its " + std::to_string(e.elements()));
-  const size_t elem = e.dtype == "F32" ? 4 : 2, at = data_start_ + size_t(e.begin) + first * elem;
-  const unsigned char* p = file_.data() + at;
-  if (elem == 4) {
-    std::memcpy(out, p, count * 4);  // little-endian host (x86-64, aarch64)
-  } else {
-    const bool bf = e.dtype == "BF16";
-    for (size_t i = 0; i < count; ++i) {
-      const uint16_t b = uint16_t(p[2 * i] | (p[2 * i + 1] << 8));
-      out[i] = bf ? float(bf16::from_bits(b)) : fp16::to_float(b);
-    }
-  }
-  file_.drop_pages(at, count * elem);
+  copy_elements(e, first, count, out);
 }
 
 std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_t>& expected) const {
@@ -134,12 +128,8 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std:
   if (!expected.empty() && e.shape != expected)
     throw std::runtime_error(path() + ": tensor '" + name + "' has shape " + shape_text(e.shape) + ", expected " +
                              shape_text(expected));
-  const size_t n = size_t(e.elements());
-  std::vector<float> out(n);
-  // In pieces: the file's copy of a large tensor (GPT-2's token embedding: 154 MB) is never
-  // resident next to `out` whole.
-  for (size_t first = 0; first < n; first += kReadPiece)
-    read_f32_range(name, first, std::min(kReadPiece, n - first), out.data() + first);
+  std::vector<float> out(size_t(e.elements()));
+  copy_elements(e, 0, out.size(), out.data());
   return out;
 }
 

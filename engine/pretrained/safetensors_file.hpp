@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/data/mapped_file.hpp"
+#include "engine/pretrained/mapped_floats.hpp"
 
 namespace loom {
 
@@ -46,10 +47,11 @@ class SafetensorsFile {
   // read are given back (MappedFile::drop_pages). For walking a large tensor in pieces of
   // kReadPiece elements (4 MiB of fp32) without its whole file copy resident. Same errors.
   void read_f32_range(const std::string& name, size_t first, size_t count, float* out) const;
-  static constexpr size_t kReadPiece = size_t(1) << 20;
+  static constexpr size_t kReadPiece = kMappedFloatPiece;
 
  private:
   const SafetensorsEntry& readable(const std::string& name) const;  // exists, F32/BF16/F16
+  void copy_elements(const SafetensorsEntry& e, size_t first, size_t count, float* out) const;
   MappedFile file_;
   uint64_t data_start_ = 0;
   std::vector<SafetensorsEntry> entries_;

@@ -79,8 +79,8 @@ __global__ void attention_cached_kernel(T* out, const T* kcache, const T* vcache
 
 // Above the default 48 KiB of dynamic shared memory (a context past about 12K tokens) the kernel
 // must be allowed more, up to the device's opt-in limit (227 KiB on an H100, 163 KiB on an A100:
-// about 58K and 41K tokens). Set on each such launch, not once: the attribute belongs to the
-// current device's context.
+// about 58K and 41K tokens); past it, an error naming the limit. Set on each such launch, not
+// once per process: the attribute belongs to the current device's context.
 template <typename K>
 void allow_shared(K* kernel, size_t bytes, int context) {
   if (bytes <= size_t(48) << 10) return;
@@ -92,7 +92,7 @@ void allow_shared(K* kernel, size_t bytes, int context) {
                              std::to_string(bytes) + " bytes of shared memory per block; this device allows " +
                              std::to_string(optin) + " (about " +
                              std::to_string(optin / int(sizeof(float)) - kThreads / 32 - 4) + " tokens)");
-  LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  allow_dynamic_shared(kernel, bytes);
 }
 
 }  // namespace

@@ -44,3 +44,14 @@ inline void launched(const char* file, int line) {
 // After every kernel launch (tests/cuda/launches_checked.py makes sure): launch errors now,
 // execution errors at the next synchronising call, or here with LOOM_CUDA_SYNC_CHECK=1.
 #define LOOM_CUDA_LAUNCHED() ::loom::cuda::launched(__FILE__, __LINE__)
+
+namespace loom::cuda {
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory: above the default 48 KiB a kernel
+// must ask, up to the device's opt-in limit. The attribute belongs to the current device's context.
+template <typename K>
+void allow_dynamic_shared(K* kernel, size_t bytes) {
+  LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+}  // namespace loom::cuda

@@ -287,15 +287,9 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(S* dqkv, const S* do
   for (int e = 0; e < D / 4; ++e) dqrow[col_of(c, e)] = store<S>(dq[e] * scale);
 }
 
-// Allows `kernel` the dynamic shared memory it needs (above the default 48 KiB); once per kernel.
-template <typename K>
-void allow_smem(K* kernel, size_t bytes) {
-  LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 template <typename S, int D>
 void forward(S* out, float* lse, const S* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
-  static const bool ready = (allow_smem(flash_fwd_kernel<S, D>, smem_bytes<D>(3)), true);
+  static const bool ready = (allow_dynamic_shared(flash_fwd_kernel<S, D>, smem_bytes<D>(3)), true);
   (void)ready;
   const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(B * NH));
   flash_fwd_kernel<S, D><<<grid, kThreads, smem_bytes<D>(3), stream>>>(out, lse, qkv, T, C, NH);
@@ -305,8 +299,8 @@ void forward(S* out, float* lse, const S* qkv, int B, int T, int C, int NH, cuda
 template <typename S, int D>
 void backward(S* dqkv, const S* dout, const S* qkv, const float* lse, const float* delta, int B, int T, int C, int NH,
               cudaStream_t stream) {
-  static const bool ready = (allow_smem(flash_dkv_kernel<S, D>, smem_bytes<D>(4)),
-                             allow_smem(flash_dq_kernel<S, D>, smem_bytes<D>(4)), true);
+  static const bool ready = (allow_dynamic_shared(flash_dkv_kernel<S, D>, smem_bytes<D>(4)),
+                             allow_dynamic_shared(flash_dq_kernel<S, D>, smem_bytes<D>(4)), true);
   (void)ready;
   const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(B * NH));
   flash_dkv_kernel<S, D><<<grid, kThreads, smem_bytes<D>(4), stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH);

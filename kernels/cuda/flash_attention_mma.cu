@@ -471,11 +471,6 @@ constexpr size_t dq_smem() {
   return (size_t(2) * 64 + 4 * kInner<D>) * (D + kPad) * 2;
 }
 
-template <typename K>
-void allow_smem(K* kernel, size_t bytes) {
-  LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 // Tensor cores for this call: bf16/fp16 on sm_80 or newer, unless LOOM_CUDA_ATTENTION=fma.
 bool usable(DType dt) {
   if (dt != DType::bf16 && dt != DType::f16) return false;
@@ -494,7 +489,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename S, int D>
 void forward(S* out, float* lse, const S* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
-  static const bool ready = (allow_smem(mma_fwd_kernel<S, D>, fwd_smem<D>()), true);
+  static const bool ready = (allow_dynamic_shared(mma_fwd_kernel<S, D>, fwd_smem<D>()), true);
   (void)ready;
   const dim3 grid(unsigned((T + 63) / 64), unsigned(B * NH));
   mma_fwd_kernel<S, D><<<grid, kThreads, fwd_smem<D>(), stream>>>(out, lse, qkv, T, C, NH, aligned16(qkv));
@@ -505,8 +500,8 @@ template <typename S, int D>
 void backward(S* dqkv, const S* dout, const S* qkv, const float* lse, const float* delta, int B, int T, int C, int NH,
               cudaStream_t stream) {
   constexpr int BI = kInner<D>;
-  static const bool ready = (allow_smem(mma_dkv_kernel<S, D, BI>, dkv_smem<D>()),
-                             allow_smem(mma_dq_kernel<S, D, BI>, dq_smem<D>()), true);
+  static const bool ready = (allow_dynamic_shared(mma_dkv_kernel<S, D, BI>, dkv_smem<D>()),
+                             allow_dynamic_shared(mma_dq_kernel<S, D, BI>, dq_smem<D>()), true);
   (void)ready;
   const bool vec = aligned16(qkv) && aligned16(dout);
   const dim3 grid(unsigned((T + 63) / 64), unsigned(B * NH));
