@@ -46,6 +46,23 @@ __global__ void broadcast_bias_kernel(S* D, const S* bias, int m, int n) {
   if (i < size_t(m) * n) D[i] = bias[i % size_t(m)];
 }
 
+// The descriptors of one cublasLtMatmul call, destroyed on every way out of gemm (a failed check
+// throws, and the backend lives on: a caller may catch it and carry on).
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+  ~LtDescriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (cublasLtMatrixLayout_t l : {ld, lb, la})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
 // D (m x n, column-major, ld m) = alpha * op(A) * op(B) + beta * D [+ bias (m) broadcast over
 // columns], fp32 compute. A and B of storage type S; D (and C, which is D) of type DT; the bias
 // (only with DT = S) of type DT.
@@ -61,50 +78,43 @@ void gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int
     beta = 1.0f;
   }
   constexpr cudaDataType_t ab_type = cuda_type_of<S>(), d_type = cuda_type_of<DT>();
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  LOOM_CUDA_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LtDescriptors d;
+  LOOM_CUDA_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   if (bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
   // Stored shapes (rows x cols, column-major) of A and B before op().
-  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&la, ab_type, transA ? k : m, transA ? m : k, lda));
-  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&lb, ab_type, transB ? n : k, transB ? k : n, ldb));
-  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&ld, d_type, m, n, m));
-  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.la, ab_type, transA ? k : m, transA ? m : k, lda));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.lb, ab_type, transB ? n : k, transB ? k : n, ldb));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.ld, d_type, m, n, m));
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   const size_t limit = std::min(ws.bytes, kGemmWorkspace);
-  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
                                                        sizeof limit));
   const uint32_t align_a = alignment_of(A), align_b = alignment_of(B), align_d = alignment_of(D);
-  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                        sizeof align_a));
-  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                        sizeof align_b));
-  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
                                                        sizeof align_d));
-  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                        sizeof align_d));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  LOOM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &heur, &found));
+  LOOM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.la, d.lb, d.ld, d.ld, d.pref, 1, &heur, &found));
   if (found == 0)
     throw std::runtime_error(std::string("cuBLASLt: no algorithm for this matmul (A/B ") +
                              dtype_name(dtype_of_storage<S>()) + ", D " + dtype_name(dtype_of_storage<DT>()) + ", m " +
                              std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + ")");
   const float alpha = 1.0f;
-  LOOM_CUDA_CHECK(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo, ws.ptr, limit,
-                                 stream));
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(op);
+  LOOM_CUDA_CHECK(
+      cublasLtMatmul(lt, d.op, &alpha, A, d.la, B, d.lb, &beta, D, d.ld, D, d.ld, &heur.algo, ws.ptr, limit, stream));
 }
 
 constexpr int kColGroups = 64;
