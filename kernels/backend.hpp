@@ -24,7 +24,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   // Peak FLOP/s the backend can sustain on dense matmuls whose inputs are `compute` (fp32, bf16
-  // or fp16): the MFU denominator.
+  // or fp16): the MFU denominator, unless LOOM_PEAK_TFLOPS replaces it (engine/train/mfu_peak.hpp).
   virtual double peak_flops(DType compute) = 0;
   // One line on how this backend runs `compute` when it matters to the user (e.g. "this CPU has
   // no avx512_bf16: bf16 matmuls are emulated"), or "" when there is nothing to say.

@@ -69,8 +69,8 @@ DeviceSpec device_spec(const std::string& name) {
     // This kind of machine (docs/plan.md): the node's sgemm rate measured now (512^3, the size
     // of the model's matmuls), the training step's share of it (0.85, calibrated on one 1-rank
     // run of tests/cli/plan_matches_runs.sh; the other layouts there are out of sample), the
-    // process baseline (MPI, OpenBLAS, OpenMP: 62 MB measured), and
-    // Open MPI's shared-memory collectives (loom bench comm: ~3 us, ~5 GB/s bus bandwidth).
+    // process baseline (MPI, OpenBLAS, OpenMP, the mapped data), and Open MPI's shared-memory
+    // collectives (loom bench comm: ~3 us, ~5 GB/s bus bandwidth).
     d.cpu = true;
     d.memory_gb = 24;
     d.fp32_flops = measure_sgemm_flops(512, 12);  // best of 12: robust to a busy moment
@@ -81,11 +81,13 @@ DeviceSpec device_spec(const std::string& name) {
     // Loom bf16 sustains ~0.66 of the bf16 gemm rate on configs/bench-cpu.yaml, fp32 ~0.85 of sgemm).
     d.efficiency16 = 0.66;
     d.half_rows = 32;
-    d.runtime_mb = 62;
-    // bf16 matmuls run on oneDNN: OpenBLAS never allocates its per-thread buffers (measured
-    // 2026-11-25: a 1-layer model's peak RSS 51.8-54.3 MB in bf16 against 67.4-69.0 MB in fp32).
-    // fp16 widens to sgemm, so it keeps the fp32 figure.
-    d.runtime_bf16_mb = 50;
+    // The baseline: a 1-layer d_model 64 model's peak RSS, 1-2 ranks, 1-2 threads (2026-11-26):
+    // 35.3-36.7 MB in fp32, 38.2-39.9 MB in bf16 (oneDNN's library and its JIT-compiled
+    // kernels); fp16 widens to sgemm and keeps the fp32 figure. (The 62 and 50 MB used before
+    // also held rank 0's start-up gemm measurement, 28 or 14 MB of matrices, which ran after
+    // the model was built and so added to the peak; it now runs before.)
+    d.runtime_mb = 37;
+    d.runtime_bf16_mb = 40;
     d.intra_gbs = 5;
     d.intra_alpha_us = 3;
     d.inter_gbs = 1;
@@ -229,8 +231,7 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     // While the weights go in (Trainer::build_model): the model's own buffers are there (its
     // flat parameters and gradients as ModelHolds allows: both at zero 0/1, the parameters at
     // zero 2, neither at zero 3, whose shards and unit buffers the optimizer makes later; the
-    // frozen base; the activations), the optimizer's state and communication buffers not yet,
-    // nor (CPU, fp32) OpenBLAS's per-thread buffers, which the bf16 baseline leaves out.
+    // frozen base; the activations), the optimizer's state and communication buffers not yet.
     // On top: the initial parameters' host copy, and one tensor in flight: LoRA's fp32 host
     // buffer and 16-bit staging buffer (gpt_frozen_load_elems), and with model.init_from the
     // source's fp32 copy of the global tensor being read. Host memory counts on the CPU only.
@@ -242,10 +243,8 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
       // load_pretrained (the trainable tensors, into the host copy), then set_frozen.
       in_flight_bytes = std::max(read, double(fl.host) * 4 + in_flight_bytes + read_frozen) + 4.0 * P;
     }
-    const double runtime_at_load =
-        cl.device.runtime_bf16_mb > 0 ? std::min(mem.runtime, cl.device.runtime_bf16_mb) : mem.runtime;
     const double held = (zero <= 2 ? P * flat_bytes : 0) + (zero <= 1 ? P * 4 : 0) + frozen;
-    mem.loading = held / MB + mem.activations + mem.workspace + runtime_at_load + in_flight_bytes / MB;
+    mem.loading = held / MB + mem.activations + mem.workspace + mem.runtime + in_flight_bytes / MB;
     if (mem.total() > p.memory.total()) p.memory = mem;
   }
   const double capacity_mb = cl.device.memory_gb * 1024 / (cl.device.cpu ? cl.per_node : 1);

@@ -20,6 +20,7 @@
 #include "kernels/backend_factory.hpp"
 #include "parallel/host_collectives.hpp"
 #include "parallel/launcher_env.hpp"
+#include "parallel/mpi_world.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/watchdog.hpp"
 
@@ -43,17 +44,27 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       trace_(groups.world_rank()),
       faults_(FaultInjection::from_env()),
       started_(std::chrono::steady_clock::now()) {
-  // Data first: a bad path or shard is reported before any model memory is allocated.
+  // Data first: a bad path or shard is reported before any model memory is allocated. Every rank
+  // opens it, and one that fails alone (a node without the file system) must not leave the
+  // others waiting in the next collective: they agree on the error first.
   const auto& m = r_.model;
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
                          r_.train.seed};
-  TokenDataset train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
-  validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
-  if (!r_.data.val.empty()) {
-    TokenDataset val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
-    validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
-    if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
+  TokenDataset train;
+  std::string data_error;
+  try {
+    train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
+    validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
+    if (!r_.data.val.empty()) {
+      TokenDataset val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
+      validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
+      if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
+    }
+  } catch (const std::exception& e) {
+    data_error = e.what();
   }
+  if (data_error = parallel::agree_on_error(data_error, groups.world()); !data_error.empty())
+    throw std::runtime_error(data_error);
   compute_ = r_.train.precision == "bf16" ? DType::bf16 : r_.train.precision == "fp16" ? DType::f16 : DType::f32;
   LossScaleConfig scaling;
   scaling.enabled = compute_ == DType::f16;
@@ -69,6 +80,21 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     op_timer_ = timer.get();
     backend_ = std::move(timer);
   }
+  // MFU against rank 0's peak times the world: only the rank that logs needs it. On the CPU it is
+  // a measurement (about half a second of the cores, not to be paid by every rank), taken before
+  // the model exists so that its matrices (28 MB in fp32) come and go below the run's peak memory,
+  // as `loom plan` assumes. Rank 0's LOOM_PEAK_TFLOPS holds for every rank, so that a bad value is
+  // every rank's error.
+  const char* peak_env = std::getenv("LOOM_PEAK_TFLOPS");
+  const double peak_override = parse_peak_tflops(parallel::broadcast_string(groups.world(), peak_env ? peak_env : ""));
+  std::string peak_error;  // rank 0's alone (the measurement's matrices): the others must not go on
+  try {
+    if (rank_ == 0) peak_ = mfu_peak(peak_override, *backend_, compute_);
+  } catch (const std::exception& e) {
+    peak_error = std::string("measuring the MFU peak (set LOOM_PEAK_TFLOPS to skip it): ") + e.what();
+  }
+  if (peak_error = parallel::agree_on_error(peak_error, groups.world()); !peak_error.empty())
+    throw std::runtime_error(peak_error);
   // Device buffers (CUDA) travel over NCCL communicators ordered after the backend's stream;
   // host buffers (CPU) over MPI. Host scalars (losses, norms) always over MPI.
   if (backend_->stream()) groups.use_nccl(device, backend_->stream());
@@ -108,15 +134,15 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   LoaderLayout train_layout = layout_;  // layout_ keeps the recipe's accumulation (validation batches)
   train_layout.micro_steps = int(batch_.batch() / batch_.unit());
   train_data_ = std::make_unique<DataLoader>(std::move(train), train_layout, 2, start);
-  peak_flops_ = backend_->peak_flops(compute_);  // MFU against the gemm rate of the compute dtype
   // What rank 0 alone writes may fail on rank 0 alone (the CLI makes every rank agree on that error).
   if (rank_ == 0) {
     const double tokens = double(r_.global_batch_resolved()) * m.seq_len;
     logger_ = std::make_unique<StepLogger>(
-        r_.log, LogRates{tokens, model_->shape().flops_per_token(), peak_flops_ * groups.layout().world(),
+        r_.log, LogRates{tokens, model_->shape().flops_per_token(), peak_.flops * groups.layout().world(),
                          resumed_.steps_done, r_.train.steps, started_, m.seq_len,
                          batch_.adaptive() ? batch_.progress(train_data_->state().next_sample) / double(r_.train.steps) : -1});
     start_run_record(command, hosts);
+    record_in_run_json("mfu_peak", {{"flops_per_rank", peak_.flops}, {"source", peak_.source}});
     note_resize();
     logger_->start_tensorboard();
   }

@@ -29,6 +29,7 @@
 #include "engine/optim/noise_scale.hpp"
 #include "engine/train/batch_controller.hpp"
 #include "engine/train/fault_injection.hpp"
+#include "engine/train/mfu_peak.hpp"
 #include "engine/train/rank_reports.hpp"
 #include "engine/train/run_guard.hpp"
 #include "engine/train/resume_data.hpp"
@@ -119,7 +120,7 @@ class Trainer {
   DataNow data_now_;           // what the data stream is drawn with, recorded in checkpoints
   std::string log_error_;      // rank 0: writing the run directory failed (the run saves and stops)
   LrSchedule schedule_;
-  double peak_flops_ = 0;
+  MfuPeak peak_;               // rank 0: the MFU denominator per rank, and where it came from
 };
 
 }  // namespace loom

@@ -12,11 +12,11 @@ void Trainer::print_header() const {
   const auto& m = r_.model;
   std::printf("loom: %d layers, %d heads, d_model %d, vocab %d (padded %d), seq %d | %.2fM params on rank 0 | "
               "global batch %d = micro %d x accum %d x dp %d | %llu samples per epoch | backend %s, peak %.1f "
-              "GFLOP/s | zero %d: optimizer state %.2f MB per rank, %zu gradient buckets\n",
+              "GFLOP/s (%s) | zero %d: optimizer state %.2f MB per rank, %zu gradient buckets\n",
               m.n_layer, m.n_head, m.d_model, m.vocab_size, model_->shape().vocab_pad, m.seq_len,
               model_->num_params() / 1e6, r_.global_batch_resolved(), r_.train.micro_batch, layout_.micro_steps,
               r_.parallel.dp, (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(),
-              peak_flops_ / 1e9, optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
+              peak_.flops / 1e9, peak_.source.c_str(), optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
   if (batch_.adaptive()) {
     const GoodputBounds& b = batch_.bounds();
     std::printf("loom: batch policy goodput: the global batch is chosen in [%lld, %lld] (multiples of %lld) every %lld "

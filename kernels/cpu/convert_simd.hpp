@@ -111,6 +111,9 @@ const acc_t<T>* widened(const T* x, size_t n, int slot);
 // fp32 scratch). `slot` picks one of a few independent buffers; contents are not preserved
 // between ops.
 float* fp32_scratch(int slot, size_t n);
+// Frees this thread's scratch buffers: after a one-off op much larger than the model's (the
+// start-up gemm measurement), so that they do not stay at its size for the rest of the run.
+void release_fp32_scratch();
 
 template <typename T>
 const acc_t<T>* widened(const T* x, size_t n, int slot) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/eigen_maps.hpp"
 #include "kernels/cpu/onednn_gemm.hpp"
@@ -123,6 +124,9 @@ double measure_gemm_flops(int n, int reps) {
     cpu::matmul_forward<T>(c.data(), a.data(), b.data(), nullptr, n, n, n);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  // The widening path (fp16; bf16 without oneDNN) grew this thread's fp32 scratch to n x n:
+  // give it back, or the run would keep 28 MB it never uses (the model's matmuls are smaller).
+  cpu::release_fp32_scratch();
   return 2.0 * n * double(n) * n / best;
 }
 

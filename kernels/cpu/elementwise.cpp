@@ -33,15 +33,25 @@ template void widen_parallel<fp16>(const fp16*, float*, size_t);
 template void narrow_parallel<bf16>(const float*, bf16*, size_t);
 template void narrow_parallel<fp16>(const float*, fp16*, size_t);
 
+namespace {
+constexpr int kScratchSlots = 8;
+struct ScratchBuf {
+  std::unique_ptr<float[]> p;
+  size_t n = 0;
+};
+ScratchBuf* scratch_slots() {
+  thread_local ScratchBuf bufs[kScratchSlots];
+  return bufs;
+}
+}  // namespace
+
+void release_fp32_scratch() {
+  for (int i = 0; i < kScratchSlots; ++i) scratch_slots()[i] = ScratchBuf{};
+}
+
 float* fp32_scratch(int slot, size_t n) {
-  constexpr int kSlots = 8;
-  struct Buf {
-    std::unique_ptr<float[]> p;
-    size_t n = 0;
-  };
-  thread_local Buf bufs[kSlots];
-  if (slot < 0 || slot >= kSlots) throw std::logic_error("fp32_scratch: slot out of range");
-  Buf& b = bufs[slot];
+  if (slot < 0 || slot >= kScratchSlots) throw std::logic_error("fp32_scratch: slot out of range");
+  ScratchBuf& b = scratch_slots()[slot];
   if (b.n < n) {
     b.p.reset(new float[n]);
     b.n = n;

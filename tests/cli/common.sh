@@ -6,6 +6,10 @@ MPIEXEC=${3:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Quiet Open MPI's "help" aggregation and forks warnings; keep real errors.
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# A fixed MFU peak (docs/model.md): rank 0 would otherwise measure the CPU's gemm rate at every
+# start, about 0.3-0.5 s of the cores per launch, hundreds of launches over the suite. The
+# measurement itself is tested by train_tiny_learns_deterministically, which unsets this.
+export LOOM_PEAK_TFLOPS=1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/loom_test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
