@@ -4,6 +4,7 @@
 // error on one rank (MPI_Abort takes the whole job down, nobody hangs).
 #include <mpi.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,20 @@ std::vector<int> world_ranks(MPI_Comm comm);
 std::string agree_on_error(const std::string& local_error, MPI_Comm comm);
 class MpiCommunicator;
 std::string agree_on_error(const std::string& local_error, MpiCommunicator& group);  // over the group
+
+// Runs fn() on this rank; if it throws on any rank of `group`, every rank throws the agreed error
+// (`context` + the exception's message, as agree_on_error picks it). Collective: for start-up work
+// that may fail on some ranks only, before the next collective would leave the others waiting.
+template <typename Fn>
+void agreed(MpiCommunicator& group, Fn&& fn, const std::string& context = "") {
+  std::string error;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    error = context + e.what();
+  }
+  if (error = agree_on_error(error, group); !error.empty()) throw std::runtime_error(error);
+}
 
 class MpiWorld {
  public:

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "parallel/host_collectives.hpp"
+#include "parallel/mpi_world.hpp"
+
 namespace loom {
 
 double parse_peak_tflops(const std::string& text) {
@@ -23,6 +26,16 @@ double parse_peak_tflops(const std::string& text) {
 MfuPeak mfu_peak(double override_flops, Backend& backend, DType compute) {
   if (override_flops > 0) return {override_flops, "LOOM_PEAK_TFLOPS"};
   return {backend.peak_flops(compute), backend.name() == "cpu" ? "measured" : "device"};
+}
+
+MfuPeak rank0_mfu_peak(parallel::MpiCommunicator& world, Backend& backend, DType compute) {
+  const char* env = std::getenv("LOOM_PEAK_TFLOPS");
+  const double override_flops = parse_peak_tflops(parallel::broadcast_string(world, env ? env : ""));
+  MfuPeak peak;
+  parallel::agreed(
+      world, [&] { if (world.rank() == 0) peak = mfu_peak(override_flops, backend, compute); },
+      "measuring the MFU peak (set LOOM_PEAK_TFLOPS to skip it): ");
+  return peak;
 }
 
 }  // namespace loom

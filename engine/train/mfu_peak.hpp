@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/backend.hpp"
+#include "parallel/mpi_communicator.hpp"
 
 namespace loom {
 
@@ -21,5 +22,10 @@ double parse_peak_tflops(const std::string& text);
 // override_flops > 0 (parse_peak_tflops) wins; else the backend's peak_flops, which on the CPU is
 // a measurement (best of 5 sgemm products of 1536^2, about 0.3-0.5 s of the cores).
 MfuPeak mfu_peak(double override_flops, Backend& backend, DType compute);
+
+// Collective over `world`: rank 0's figure (MFU is rank 0's peak times the world), measured by
+// rank 0 alone; the other ranks get {}. Rank 0's LOOM_PEAK_TFLOPS holds for every rank, so a bad
+// value, or a failed measurement, is every rank's error.
+MfuPeak rank0_mfu_peak(parallel::MpiCommunicator& world, Backend& backend, DType compute);
 
 }  // namespace loom

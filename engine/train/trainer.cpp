@@ -51,8 +51,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
                          r_.train.seed};
   TokenDataset train;
-  std::string data_error;
-  try {
+  parallel::agreed(groups.world(), [&] {
     train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
     validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
     if (!r_.data.val.empty()) {
@@ -60,11 +59,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
       if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
     }
-  } catch (const std::exception& e) {
-    data_error = e.what();
-  }
-  if (data_error = parallel::agree_on_error(data_error, groups.world()); !data_error.empty())
-    throw std::runtime_error(data_error);
+  });
   compute_ = r_.train.precision == "bf16" ? DType::bf16 : r_.train.precision == "fp16" ? DType::f16 : DType::f32;
   LossScaleConfig scaling;
   scaling.enabled = compute_ == DType::f16;
@@ -80,21 +75,10 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     op_timer_ = timer.get();
     backend_ = std::move(timer);
   }
-  // MFU against rank 0's peak times the world: only the rank that logs needs it. On the CPU it is
-  // a measurement (about half a second of the cores, not to be paid by every rank), taken before
-  // the model exists so that its matrices (28 MB in fp32) come and go below the run's peak memory,
-  // as `loom plan` assumes. Rank 0's LOOM_PEAK_TFLOPS holds for every rank, so that a bad value is
-  // every rank's error.
-  const char* peak_env = std::getenv("LOOM_PEAK_TFLOPS");
-  const double peak_override = parse_peak_tflops(parallel::broadcast_string(groups.world(), peak_env ? peak_env : ""));
-  std::string peak_error;  // rank 0's alone (the measurement's matrices): the others must not go on
-  try {
-    if (rank_ == 0) peak_ = mfu_peak(peak_override, *backend_, compute_);
-  } catch (const std::exception& e) {
-    peak_error = std::string("measuring the MFU peak (set LOOM_PEAK_TFLOPS to skip it): ") + e.what();
-  }
-  if (peak_error = parallel::agree_on_error(peak_error, groups.world()); !peak_error.empty())
-    throw std::runtime_error(peak_error);
+  // MFU against rank 0's peak times the world, measured by rank 0 alone on the CPU (about half a
+  // second of the cores) and before the model exists, so that the measurement's matrices (28 MB
+  // in fp32) come and go below the run's peak memory, as `loom plan` assumes.
+  peak_ = rank0_mfu_peak(groups.world(), *backend_, compute_);
   // Device buffers (CUDA) travel over NCCL communicators ordered after the backend's stream;
   // host buffers (CPU) over MPI. Host scalars (losses, norms) always over MPI.
   if (backend_->stream()) groups.use_nccl(device, backend_->stream());
