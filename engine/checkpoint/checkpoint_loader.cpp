@@ -19,6 +19,7 @@
 #include "engine/checkpoint/slice_plan.hpp"
 #include "engine/util/host_buffer.hpp"
 #include "parallel/host_collectives.hpp"
+#include "parallel/mpi_world.hpp"
 
 namespace loom {
 namespace fs = std::filesystem;
@@ -75,7 +76,16 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   auto t0 = std::chrono::steady_clock::now();
   parallel::MpiCommunicator& world = groups_.world();
   const bool rank0 = groups_.world_rank() == 0;
-  nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(dir) / "manifest.json"));
+  // Every rank reads the manifest of the checkpoint rank 0 chose. One that cannot see it (its
+  // checkpoint.dir is another directory) must not leave the others waiting in the next
+  // collective, and it is no damage that the next candidate would cure: the job ends, agreed.
+  nlohmann::json man;
+  parallel::agreed(world, [&] {
+    const fs::path path = fs::path(dir) / "manifest.json";
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error(not_shared("rank 0 resumes from " + path.string()));
+    man = nlohmann::json::parse(in);
+  });
   const auto& mm = man["model"];
   const ModelConfig& m = setup_.model;
   if (mm["n_layer"] != m.n_layer || mm["n_head"] != m.n_head || mm["d_model"] != m.d_model ||

@@ -109,6 +109,16 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
     }
   }
   if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
+  // Every rank sees the directory rank 0 just made, before the collective file creation: a rank
+  // whose create failed alone would leave the others waiting inside HDF5. (Checked at start as
+  // well, but a node can lose a mount in between.)
+  std::error_code seen;
+  if (rank != 0 && !fs::is_directory(partial, seen))
+    error = not_shared("checkpoint.dir=" + root.string() + ": rank 0 made " + partial.string());
+  if (error = parallel::agree_on_error(error, world); !error.empty()) {
+    if (rank == 0) fs::remove_all(partial, seen);
+    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
+  }
   const ParamTable& table = model_.table();
   const auto coord = groups_.coord();
   const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);

@@ -21,6 +21,30 @@
 namespace loom {
 namespace fs = std::filesystem;
 
+namespace {
+
+// Creates and removes `path` (a probe that this rank can create files in `dir`), or keeps it
+// (keep = true); "" or the error naming checkpoint.dir.
+std::string create_empty_file(const fs::path& path, const fs::path& dir, bool keep = false) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0)
+    return "checkpoint.dir=" + dir.string() + ": cannot create files there (" + std::strerror(errno) +
+           "); every rank writes its part of each checkpoint";
+  ::close(fd);
+  if (!keep) ::unlink(path.c_str());
+  return "";
+}
+
+}  // namespace
+
+std::string not_shared(const std::string& what_rank0_has) {
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  return what_rank0_has + " and this rank does not see it (working directory " + cwd.string() +
+         "): every rank must see the same checkpoints, on a file system the nodes share (by an absolute path if "
+         "the ranks start in different directories)";
+}
+
 CheckpointSetup checkpoint_setup(const Recipe& recipe) {
   return CheckpointSetup{recipe.checkpoint, recipe.model, recipe_to_yaml(recipe)};
 }
@@ -48,6 +72,8 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
             parse_checkpoint_name(name.substr(0, name.size() - 8), nullptr)) {
           std::printf("loom: removing %s: an interrupted save\n", e.path().c_str());
           fs::remove_all(e.path());
+        } else if (e.is_regular_file() && (name.starts_with(".loom_shared_probe.") || name.starts_with(".loom_write_probe."))) {
+          fs::remove(e.path());  // the start-up probes (below) of a job that died during them
         }
       }
       // A fresh run into a directory of another run's checkpoints would prune and replace them.
@@ -61,17 +87,25 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
     }
   }
   if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
-  const fs::path probe = dir / (".loom_write_probe." + std::to_string(groups.world_rank()));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int open_errno = errno;
-  if (fd < 0) {
-    error = "checkpoint.dir=" + dir.string() + ": cannot create files there (" + std::strerror(open_errno) +
-            "); every rank writes its part of each checkpoint";
-  } else {
-    ::close(fd);
-    ::unlink(probe.c_str());
+  // Rank 0 leaves a file whose name no rank has looked up before (so no cached "no such file" on
+  // a network file system can hide it); every rank must see it, or the ranks' checkpoint.dir
+  // are different directories (node-local disks, or a relative path from different working
+  // directories), and the first save would hang in its collective file creation.
+  const std::string shared_name = parallel::broadcast_string(
+      world, groups.world_rank() == 0 ? ".loom_shared_probe." + std::to_string(::getpid()) + "." +
+                                            std::to_string(std::chrono::system_clock::now().time_since_epoch().count())
+                                      : "");
+  const fs::path shared_probe = dir / shared_name;
+  if (groups.world_rank() == 0) error = create_empty_file(shared_probe, dir, /*keep=*/true);
+  if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
+  if (groups.world_rank() != 0) {
+    std::error_code ec;
+    if (!fs::exists(shared_probe, ec)) error = not_shared("checkpoint.dir=" + dir.string() + ": rank 0 made " + shared_probe.string());
+    if (error.empty()) error = create_empty_file(dir / (".loom_write_probe." + std::to_string(groups.world_rank())), dir);
   }
-  if (error = parallel::agree_on_error(error, world); !error.empty()) throw std::runtime_error(error);
+  error = parallel::agree_on_error(error, world);
+  if (groups.world_rank() == 0) ::unlink(shared_probe.c_str());
+  if (!error.empty()) throw std::runtime_error(error);
 }
 
 Checkpointer::~Checkpointer() {

@@ -75,10 +75,15 @@ struct CheckpointSetup {
 // The recipe's part for the checkpointer.
 CheckpointSetup checkpoint_setup(const Recipe& recipe);
 
+// The error of a rank that does not see a path rank 0 has made or chosen ("checkpoint.dir=D:
+// rank 0 made P"): its checkpoints are not rank 0's.
+std::string not_shared(const std::string& what_rank0_has);
+
 class Checkpointer {
  public:
   // Collective over the world. With checkpoint.dir set: takes the directory's lock (rank 0),
-  // removes interrupted saves of its own, and checks that every rank can create files there.
+  // removes interrupted saves of its own, and checks that every rank can create files there and
+  // sees the same directory as rank 0.
   Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& groups, Gpt& model, DistributedOptimizer& optim);
   ~Checkpointer();  // waits for an async save in flight
 
