@@ -32,7 +32,12 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Gpt> model;
   std::vector<StepBatch> batches;
+  TokenDataset data;
   int T = 0;
+  const int dp = world.size();
+  // In steps with an agreement after each, so that a rank that fails alone (a node without the
+  // file system) ends every rank instead of leaving the others in the next collective: first
+  // what each rank opens on its own, then the process groups (collective), then the rest.
   std::string error;
   try {
     src = open_pretrained(a.src);
@@ -41,19 +46,30 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
     if (T > m.seq_len)
       throw std::runtime_error("--seq-len " + std::to_string(T) + " is past the model's " + std::to_string(m.seq_len) +
                                " positions");
-    const int dp = world.size();
     if (a.batches % dp != 0)
       throw std::runtime_error("--batches " + std::to_string(a.batches) + " is not a multiple of the " +
                                std::to_string(dp) + " ranks");
-    TokenDataset data = open_dataset(a.data, "auto", "--data", a.split);
+    data = open_dataset(a.data, "auto", "--data", a.split);
     validate_dataset(data, m.vocab_size, T, "--data");
-    groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{1, dp, 1});
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!report(error)) return 2;
+  groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{1, dp, 1});
+  int device = 0;
+  try {
     // Rank r takes batches r, r + dp, ...: validation_batches deals them out by dp rank.
     const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};
     batches = validation_batches(data, layout, a.batches / dp);
-    const int device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
+    device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
     backend = make_backend(a.backend, device);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!report(error)) return 2;
+  try {
     if (backend->stream()) groups->use_nccl(device, backend->stream());
+    const ModelConfig& m = src->model();
     const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
     model = std::make_unique<Gpt>(*backend, shape, a.micro_batch);
     std::vector<float> host(model->num_params());

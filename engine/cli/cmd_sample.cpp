@@ -99,10 +99,26 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
     if (int(prompt.size()) > context)
       throw std::runtime_error("the prompt has " + std::to_string(prompt.size()) + " tokens, the context " +
                                std::to_string(context));
-    groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{tp, 1, 1});
-    const int device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // An agreement after each step, so that a rank that fails alone (a node without the file
+  // system) ends every rank instead of leaving the others in the next collective: first what
+  // each rank opens on its own, then the process groups (collective), then the rest.
+  if (!report(error)) return 2;
+  groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{tp, 1, 1});
+  int device = 0;
+  try {
+    device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
     backend = make_backend(a.backend, device);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!report(error)) return 2;
+  try {
     if (backend->stream()) groups->use_nccl(device, backend->stream());
+    const ModelConfig& m = src->model();
+    const int context = a.context > 0 ? a.context : m.seq_len;
     const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, context, 128 * tp);
     const DType compute = a.precision == "bf16" ? DType::bf16 : DType::f32;
     dec = std::make_unique<GptDecoder>(*backend, shape, TensorParallel{groups->coord().tp, tp, &groups->device_tp()}, 1,

@@ -68,8 +68,9 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   scaling.backoff = r_.train.loss_scale_backoff;
   scaler_ = std::make_unique<LossScaler>(scaling);
   // One device per rank, from its rank on the node: the backend, NCCL and NVML all use this one.
+  // A node whose GPU is unusable fails alone: agreed, as the data.
   const int device = r_.train.backend == "cuda" ? cuda_device_for_local_rank(groups.local_rank()) : 0;
-  backend_ = make_backend(r_.train.backend, device);
+  parallel::agreed(groups.world(), [&] { backend_ = make_backend(r_.train.backend, device); });
   if (const char* prof = std::getenv("LOOM_PROFILE_OPS"); prof && std::string(prof) == "1") {
     auto timer = std::make_unique<OpTimer>(std::move(backend_));
     op_timer_ = timer.get();

@@ -49,4 +49,41 @@ cat "$WORK/err4"
 n=$(grep -c "rank 1: data.train=data/fortunes: no such file" "$WORK/err4" || true)
 [ "$n" = 1 ] || fail "one rank without the data: the error naming rank 1 was printed $n times, expected once"
 [ ! -e "$WORK/nodata.run" ] || fail "one rank without the data: a run directory was made"
+# The same for `loom eval` and `loom sample`, whose ranks open the model and the data each: rank 1
+# sees neither (its working directory lacks both relative paths).
+cd "$WORK/node_a"
+"$LOOM" train "$SRC/configs/tiny.yaml" --set train.steps=1 --set log.eval_every=0 --set checkpoint.dir=ck \
+  --set log.dir="$WORK/ck.run" > "$WORK/ck.out" 2>&1 || { cat "$WORK/ck.out"; fail "making a checkpoint failed"; }
+for cmd in "eval ck --data data/fortunes --batches 2" "sample ck --max-tokens 4" \
+           "eval $WORK/node_a/ck --data data/fortunes --batches 2"; do
+  set +e
+  # shellcheck disable=SC2086
+  timeout 60 "$MPIEXEC" --oversubscribe --bind-to none -np 1 -wdir "$WORK/node_a" "$LOOM" $cmd : \
+    -np 1 -wdir "$WORK/node_b" "$LOOM" $cmd > "$WORK/cmd.out" 2> "$WORK/cmd.err"; rc=$?
+  set -e
+  [ "$rc" != 124 ] || { cat "$WORK/cmd.err"; fail "loom $cmd, rank 1 without its files: mpirun hung"; }
+  [ "$rc" = 2 ] || { cat "$WORK/cmd.err"; fail "loom $cmd, rank 1 without its files: exit $rc, expected 2"; }
+  n=$(grep -c "error: rank 1: \(ck\|--data=data/fortunes\): no such file" "$WORK/cmd.err" || true)
+  [ "$n" = 1 ] || { cat "$WORK/cmd.err"; fail "loom $cmd: the error naming rank 1 was printed $n times, expected once"; }
+done
+cd "$SRC"
+# One node whose GPU is unusable (here: rank 1 alone asks for CUDA, on a machine without a usable
+# one): every rank exits 2, naming rank 1, for train and eval.
+if "$LOOM" --version | grep -q "^backends: .*cuda (" && ! "$LOOM" --version | grep -q "no device"; then
+  echo "a CUDA device is usable here: the unusable-GPU case does not apply"
+else
+  for cmd in "train $SRC/configs/tiny.yaml --set log.dir=$WORK/gpu.run" "eval $WORK/node_a/ck --data $SRC/data/fortunes --batches 2"; do
+    set +e
+    # shellcheck disable=SC2086
+    timeout 60 "$MPIEXEC" --oversubscribe --bind-to none -np 1 "$LOOM" $cmd : \
+      -np 1 "$LOOM" $cmd $( [ "${cmd%% *}" = train ] && echo --set train.backend=cuda || echo --backend cuda ) \
+      > "$WORK/gpu.out" 2> "$WORK/gpu.err"; rc=$?
+    set -e
+    [ "$rc" != 124 ] || { cat "$WORK/gpu.err"; fail "${cmd%% *}, one rank without a usable GPU: mpirun hung"; }
+    [ "$rc" = 2 ] || { cat "$WORK/gpu.err"; fail "${cmd%% *}, one rank without a usable GPU: exit $rc, expected 2"; }
+    n=$(grep -c "error: rank 1: train.backend=cuda" "$WORK/gpu.err" || true)
+    [ "$n" = 1 ] || { cat "$WORK/gpu.err"; fail "${cmd%% *}: the error naming rank 1 was printed $n times, expected once"; }
+  done
+  [ ! -e "$WORK/gpu.run" ] || fail "one rank without a usable GPU: a run directory was made"
+fi
 echo PASS
