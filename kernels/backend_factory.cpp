@@ -18,7 +18,7 @@ namespace loom {
 namespace {
 // The CUDA backend lives in libloom_cuda.so next to the binary (or in ../lib), loaded only now:
 // CPU runs never map cuBLASLt.
-std::unique_ptr<Backend> load_cuda_backend(int device) {
+std::unique_ptr<Backend> load_cuda_backend(int device, const std::string& asked) {
   char exe[PATH_MAX] = {};
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   std::string dir = n > 0 ? std::string(exe, size_t(n)) : std::string(".");
@@ -30,34 +30,35 @@ std::unique_ptr<Backend> load_cuda_backend(int device) {
     if (lib) break;
     tried += "\n  " + path + ": " + dlerror();
   }
-  if (!lib) throw BackendError("train.backend=cuda: cannot load the CUDA backend module:" + tried);
+  if (!lib) throw BackendError(asked + ": cannot load the CUDA backend module:" + tried);
   using Create = Backend* (*)(int, char*, int);
   auto create = reinterpret_cast<Create>(dlsym(lib, "loom_cuda_create_backend"));
-  if (!create) throw BackendError("train.backend=cuda: libloom_cuda.so has no loom_cuda_create_backend");
+  if (!create) throw BackendError(asked + ": libloom_cuda.so has no loom_cuda_create_backend");
   char error[512] = {};
   Backend* be = create(device, error, int(sizeof error));
-  if (!be) throw BackendError(std::string("train.backend=cuda: ") + error);
+  if (!be) throw BackendError(asked + ": " + error);
   return std::unique_ptr<Backend>(be);  // the module stays loaded for the life of the process
 }
 }  // namespace
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int device) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int device, const std::string& key) {
   if (name == "cpu") return make_cpu_backend();
+  const std::string asked = key + "=" + name;
   if (name == "cuda") {
 #ifdef LOOM_HAVE_CUDA
     cuda::DeviceProbe probe = cuda::probe_devices();
     if (probe.count == 0)
-      throw BackendError("train.backend=cuda but no CUDA device is usable here (" + probe.reason +
-                         "); use train.backend=cpu or run on a GPU node");
-    // fp32 CUDA backend, one device per rank; NOT YET RUN on a GPU (docs/kernels.md).
-    return load_cuda_backend(device);
+      throw BackendError(asked + " but no CUDA device is usable here (" + probe.reason + "); use " + key +
+                         "=cpu or run on a GPU node");
+    return load_cuda_backend(device, asked);
 #else
-    throw BackendError("train.backend=cuda but this loom was built without CUDA (LOOM_CUDA=OFF or no nvcc at "
-                       "configure time); rebuild with the CUDA toolkit or use train.backend=cpu");
+    (void)device;
+    throw BackendError(asked + " but this loom was built without CUDA (LOOM_CUDA=OFF or no nvcc at configure time); "
+                       "rebuild with the CUDA toolkit or use " + key + "=cpu");
 #endif
   }
-  throw BackendError("unknown backend '" + name + "' (expected cpu or cuda)");
+  throw BackendError(asked + ": unknown backend (expected cpu or cuda)");
 }
 
 int cuda_device_for_local_rank(int local_rank) {

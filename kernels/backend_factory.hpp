@@ -12,8 +12,10 @@ struct BackendError : std::runtime_error {
 };
 
 // "cpu" or "cuda"; `device` is the CUDA device to drive (ignored by the CPU backend). Throws
-// BackendError naming what is missing (no device, not compiled in).
-std::unique_ptr<Backend> make_backend(const std::string& name, int device = 0);
+// BackendError naming what is missing (no device, not compiled in), as `key`=name (the recipe key
+// or command-line flag that asked for it).
+std::unique_ptr<Backend> make_backend(const std::string& name, int device = 0,
+                                      const std::string& key = "train.backend");
 
 // The CUDA device a rank drives: its local rank on the node (the caller's to find: kernels/
 // knows nothing of MPI or launchers; parallel::ProcessGroups::local_rank()) modulo the devices

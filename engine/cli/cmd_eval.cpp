@@ -62,7 +62,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
     const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};
     batches = validation_batches(data, layout, a.batches / dp);
     device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
-    backend = make_backend(a.backend, device);
+    backend = make_backend(a.backend, device, "--backend");
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -110,7 +110,7 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
   int device = 0;
   try {
     device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
-    backend = make_backend(a.backend, device);
+    backend = make_backend(a.backend, device, "--backend");
   } catch (const std::exception& e) {
     error = e.what();
   }

@@ -81,7 +81,8 @@ else
     set -e
     [ "$rc" != 124 ] || { cat "$WORK/gpu.err"; fail "${cmd%% *}, one rank without a usable GPU: mpirun hung"; }
     [ "$rc" = 2 ] || { cat "$WORK/gpu.err"; fail "${cmd%% *}, one rank without a usable GPU: exit $rc, expected 2"; }
-    n=$(grep -c "error: rank 1: train.backend=cuda" "$WORK/gpu.err" || true)
+    key=$( [ "${cmd%% *}" = train ] && printf %s train.backend || printf %s --backend )
+    n=$(grep -c "error: rank 1: $key=cuda" "$WORK/gpu.err" || true)
     [ "$n" = 1 ] || { cat "$WORK/gpu.err"; fail "${cmd%% *}: the error naming rank 1 was printed $n times, expected once"; }
   done
   [ ! -e "$WORK/gpu.run" ] || fail "one rank without a usable GPU: a run directory was made"
