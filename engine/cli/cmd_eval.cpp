@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/cli/agreed_step.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/data/token_dataset.hpp"
@@ -21,11 +22,6 @@ namespace loom::cli {
 int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);
   const bool lead = world.rank() == 0;
-  auto report = [&](std::string error) {
-    error = world.agree_on_error(error);
-    if (!error.empty() && lead) std::fprintf(stderr, "loom eval: error: %s\n", error.c_str());
-    return error.empty();
-  };
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<PretrainedSource> src;
   std::unique_ptr<parallel::ProcessGroups> groups;
@@ -33,52 +29,43 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   std::unique_ptr<Gpt> model;
   std::vector<StepBatch> batches;
   TokenDataset data;
-  int T = 0;
+  int T = 0, device = 0;
   const int dp = world.size();
-  // In steps with an agreement after each, so that a rank that fails alone (a node without the
-  // file system) ends every rank instead of leaving the others in the next collective: first
-  // what each rank opens on its own, then the process groups (collective), then the rest.
-  std::string error;
-  try {
-    src = open_pretrained(a.src);
-    const ModelConfig& m = src->model();
-    T = a.seq_len > 0 ? a.seq_len : m.seq_len;
-    if (T > m.seq_len)
-      throw std::runtime_error("--seq-len " + std::to_string(T) + " is past the model's " + std::to_string(m.seq_len) +
-                               " positions");
-    if (a.batches % dp != 0)
-      throw std::runtime_error("--batches " + std::to_string(a.batches) + " is not a multiple of the " +
-                               std::to_string(dp) + " ranks");
-    data = open_dataset(a.data, "auto", "--data", a.split);
-    validate_dataset(data, m.vocab_size, T, "--data");
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!report(error)) return 2;
+  // What each rank opens on its own, then the process groups (collective), then the rest: a rank
+  // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).
+  if (!agreed_step(world, "eval", [&] {
+        src = open_pretrained(a.src);
+        const ModelConfig& m = src->model();
+        T = a.seq_len > 0 ? a.seq_len : m.seq_len;
+        if (T > m.seq_len)
+          throw std::runtime_error("--seq-len " + std::to_string(T) + " is past the model's " +
+                                   std::to_string(m.seq_len) + " positions");
+        if (a.batches % dp != 0)
+          throw std::runtime_error("--batches " + std::to_string(a.batches) + " is not a multiple of the " +
+                                   std::to_string(dp) + " ranks");
+        data = open_dataset(a.data, "auto", "--data", a.split);
+        validate_dataset(data, m.vocab_size, T, "--data");
+      }))
+    return 2;
   groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{1, dp, 1});
-  int device = 0;
-  try {
-    // Rank r takes batches r, r + dp, ...: validation_batches deals them out by dp rank.
-    const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};
-    batches = validation_batches(data, layout, a.batches / dp);
-    device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
-    backend = make_backend(a.backend, device, "--backend");
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!report(error)) return 2;
-  try {
-    if (backend->stream()) groups->use_nccl(device, backend->stream());
-    const ModelConfig& m = src->model();
-    const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
-    model = std::make_unique<Gpt>(*backend, shape, a.micro_batch);
-    std::vector<float> host(model->num_params());
-    load_pretrained(model->table(), shape, *src, host.data());
-    model->set_params(host.data());
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!report(error)) return 2;
+  if (!agreed_step(world, "eval", [&] {
+        // Rank r takes batches r, r + dp, ...: validation_batches deals them out by dp rank.
+        const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};
+        batches = validation_batches(data, layout, a.batches / dp);
+        device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
+        backend = make_backend(a.backend, device, "--backend");
+      }))
+    return 2;
+  if (!agreed_step(world, "eval", [&] {
+        if (backend->stream()) groups->use_nccl(device, backend->stream());
+        const ModelConfig& m = src->model();
+        const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
+        model = std::make_unique<Gpt>(*backend, shape, a.micro_batch);
+        std::vector<float> host(model->num_params());
+        load_pretrained(model->table(), shape, *src, host.data());
+        model->set_params(host.data());
+      }))
+    return 2;
   try {
     const double loss = evaluate(*model, *groups, batches, 1);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

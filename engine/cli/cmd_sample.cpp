@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "engine/cli/agreed_step.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/model_tokenizer.hpp"
 #include "engine/data/tokenizer.hpp"
@@ -61,78 +62,64 @@ std::unique_ptr<Tokenizer> make_tokenizer(const SampleArgs& a, const PretrainedS
 int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);
   const bool lead = world.rank() == 0;
-  auto report = [&](std::string error) {
-    error = world.agree_on_error(error);
-    if (!error.empty() && lead) std::fprintf(stderr, "loom sample: error: %s\n", error.c_str());
-    return error.empty();
-  };
   std::unique_ptr<PretrainedSource> src;
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<parallel::ProcessGroups> groups;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<GptDecoder> dec;
   std::vector<int32_t> prompt;
-  std::string error;
   const int tp = world.size();
-  try {
-    src = open_pretrained(a.src);
-    const ModelConfig& m = src->model();
-    if (m.n_head % tp != 0)
-      throw std::runtime_error("tensor parallelism over " + std::to_string(tp) + " ranks: n_head = " +
-                               std::to_string(m.n_head) + " is not divisible by it");
-    if (!a.prompt_tokens.empty()) {
-      prompt = parse_ids(a.prompt_tokens, m.vocab_size);
-    } else {
-      tok = make_tokenizer(a, *src);
-      if (tok->vocab_size() > m.vocab_size)
-        throw std::runtime_error("the tokenizer has " + std::to_string(tok->vocab_size()) + " tokens, the model " +
-                                 std::to_string(m.vocab_size));
-      std::vector<uint32_t> ids;
-      tok->encode(a.prompt, ids);
-      if (ids.empty()) ids.push_back(uint32_t(tok->eot_id()));  // no prompt: start a new document
-      prompt.assign(ids.begin(), ids.end());
-    }
-    const int context = a.context > 0 ? a.context : m.seq_len;
-    if (context > m.seq_len)
-      throw std::runtime_error("--context " + std::to_string(context) + " is past the model's " +
-                               std::to_string(m.seq_len) + " positions");
-    if (int(prompt.size()) > context)
-      throw std::runtime_error("the prompt has " + std::to_string(prompt.size()) + " tokens, the context " +
-                               std::to_string(context));
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  // An agreement after each step, so that a rank that fails alone (a node without the file
-  // system) ends every rank instead of leaving the others in the next collective: first what
-  // each rank opens on its own, then the process groups (collective), then the rest.
-  if (!report(error)) return 2;
+  int context = 0, device = 0;
+  // What each rank opens on its own, then the process groups (collective), then the rest: a rank
+  // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).
+  if (!agreed_step(world, "sample", [&] {
+        src = open_pretrained(a.src);
+        const ModelConfig& m = src->model();
+        if (m.n_head % tp != 0)
+          throw std::runtime_error("tensor parallelism over " + std::to_string(tp) + " ranks: n_head = " +
+                                   std::to_string(m.n_head) + " is not divisible by it");
+        if (!a.prompt_tokens.empty()) {
+          prompt = parse_ids(a.prompt_tokens, m.vocab_size);
+        } else {
+          tok = make_tokenizer(a, *src);
+          if (tok->vocab_size() > m.vocab_size)
+            throw std::runtime_error("the tokenizer has " + std::to_string(tok->vocab_size()) + " tokens, the model " +
+                                     std::to_string(m.vocab_size));
+          std::vector<uint32_t> ids;
+          tok->encode(a.prompt, ids);
+          if (ids.empty()) ids.push_back(uint32_t(tok->eot_id()));  // no prompt: start a new document
+          prompt.assign(ids.begin(), ids.end());
+        }
+        context = a.context > 0 ? a.context : m.seq_len;
+        if (context > m.seq_len)
+          throw std::runtime_error("--context " + std::to_string(context) + " is past the model's " +
+                                   std::to_string(m.seq_len) + " positions");
+        if (int(prompt.size()) > context)
+          throw std::runtime_error("the prompt has " + std::to_string(prompt.size()) + " tokens, the context " +
+                                   std::to_string(context));
+      }))
+    return 2;
   groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{tp, 1, 1});
-  int device = 0;
-  try {
-    device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
-    backend = make_backend(a.backend, device, "--backend");
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!report(error)) return 2;
-  try {
-    if (backend->stream()) groups->use_nccl(device, backend->stream());
-    const ModelConfig& m = src->model();
-    const int context = a.context > 0 ? a.context : m.seq_len;
-    const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, context, 128 * tp);
-    const DType compute = a.precision == "bf16" ? DType::bf16 : DType::f32;
-    dec = std::make_unique<GptDecoder>(*backend, shape, TensorParallel{groups->coord().tp, tp, &groups->device_tp()}, 1,
-                                       compute);
-    std::vector<float> host(dec->table().total());
-    load_pretrained(dec->table(), shape, *src, host.data());
-    dec->set_params(host.data());
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!report(error)) return 2;
+  if (!agreed_step(world, "sample", [&] {
+        device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
+        backend = make_backend(a.backend, device, "--backend");
+      }))
+    return 2;
+  if (!agreed_step(world, "sample", [&] {
+        if (backend->stream()) groups->use_nccl(device, backend->stream());
+        const ModelConfig& m = src->model();
+        const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, context, 128 * tp);
+        const DType compute = a.precision == "bf16" ? DType::bf16 : DType::f32;
+        dec = std::make_unique<GptDecoder>(*backend, shape,
+                                           TensorParallel{groups->coord().tp, tp, &groups->device_tp()}, 1, compute);
+        std::vector<float> host(dec->table().total());
+        load_pretrained(dec->table(), shape, *src, host.data());
+        dec->set_params(host.data());
+      }))
+    return 2;
 
   try {
-    const int V = src->model().vocab_size, context = dec->shape().seq_len;
+    const int V = src->model().vocab_size;
     TokenSampler sampler(SamplingConfig{a.temperature, a.top_k, a.top_p, a.seed});
     std::vector<int32_t> seq = prompt;
     auto t0 = std::chrono::steady_clock::now();
