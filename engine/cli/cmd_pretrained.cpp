@@ -82,6 +82,9 @@ int cmd_export(const ExportArgs& a, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);  // HDF5 (a Loom checkpoint's model.h5) is the MPI build's
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    // Under mpirun every rank would write the same --out: one would win the rename and the others
+    // fail with a confusing message.
+    if (world.size() != 1) throw std::runtime_error("loom export runs as one process (not under mpirun -n > 1)");
     if (a.peft) {
       export_peft_adapters(a.src, a.out);
       std::printf("loom export: %s's LoRA adapters -> %s (PEFT: adapter_model.safetensors, adapter_config.json) in %.2f s\n",

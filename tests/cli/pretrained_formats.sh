@@ -60,6 +60,16 @@ set -e
 [ "$rc" = 2 ] && grep -q "already exists" "$WORK/err" || fail "export over an existing directory: rc $rc, $(cat "$WORK/err")"
 "$LOOM" import "$WORK/hf32" --out "$WORK/ck1" 2> "$WORK/err" && fail "import over an existing checkpoint.dir"
 grep -q "already exists" "$WORK/err" || fail "import over existing: $(cat "$WORK/err")"
+# Import and export run as one process: under mpirun -n 2 both refuse (exit 2) and write nothing.
+for cmd in "import $WORK/hf32 --out $WORK/mpi_ck" "export $WORK/ck1 --out $WORK/mpi_ex"; do
+  set +e
+  # shellcheck disable=SC2086
+  timeout 60 "$MPIEXEC" --oversubscribe --bind-to none -np 2 "$LOOM" $cmd > /dev/null 2> "$WORK/err"; rc=$?
+  set -e
+  [ "$rc" = 2 ] && grep -q "loom ${cmd%% *} runs as one process" "$WORK/err" ||
+    fail "${cmd%% *} under mpirun -n 2: rc $rc, $(cat "$WORK/err")"
+done
+[ ! -e "$WORK/mpi_ck" ] && [ ! -e "$WORK/mpi_ex" ] || fail "import/export under mpirun -n 2 wrote something"
 
 # 4. Broken inputs: exit 2, and the message names the file and what is wrong.
 expect_error() {  # expect_error KIND PATTERN
