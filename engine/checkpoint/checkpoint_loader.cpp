@@ -83,7 +83,10 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   parallel::agreed(world, [&] {
     const fs::path path = fs::path(dir) / "manifest.json";
     std::ifstream in(path);
-    if (!in) throw std::runtime_error(not_shared("rank 0 resumes from " + path.string()));
+    if (!in) {
+      const std::string why = unseen_by_this_rank(path.string(), "rank 0 resumes from " + path.string());
+      throw std::runtime_error(why.empty() ? path.string() + ": cannot be read here" : why);
+    }
     man = nlohmann::json::parse(in);
   });
   const auto& mm = man["model"];

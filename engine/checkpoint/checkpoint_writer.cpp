@@ -112,11 +112,13 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
   // Every rank sees the directory rank 0 just made, before the collective file creation: a rank
   // whose create failed alone would leave the others waiting inside HDF5. (Checked at start as
   // well, but a node can lose a mount in between.)
-  std::error_code seen;
-  if (rank != 0 && !fs::is_directory(partial, seen))
-    error = not_shared("checkpoint.dir=" + root.string() + ": rank 0 made " + partial.string());
+  if (rank != 0)
+    error = unseen_by_this_rank(partial.string(), "checkpoint.dir=" + root.string() + ": rank 0 made " + partial.string());
   if (error = parallel::agree_on_error(error, world); !error.empty()) {
-    if (rank == 0) fs::remove_all(partial, seen);
+    std::error_code ignored;
+    if (rank == 0) fs::remove_all(partial, ignored);
+    // Every rank throws, and a failed save ends in MPI_Abort: not before rank 0 has removed it.
+    parallel::barrier_unwatched(world);
     throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
   }
   const ParamTable& table = model_.table();
@@ -149,6 +151,7 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
       std::error_code ec;
       fs::remove_all(partial, ec);  // ours, incomplete, and taking the space a retry needs
     }
+    parallel::barrier_unwatched(world);  // as above: no rank aborts before the removal
     throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
   }
   std::vector<uint32_t> dataset_crc;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "engine/checkpoint/checkpoint_catalog.hpp"
@@ -37,7 +38,25 @@ std::string create_empty_file(const fs::path& path, const fs::path& dir, bool ke
 
 }  // namespace
 
-std::string not_shared(const std::string& what_rank0_has) {
+std::string unseen_by_this_rank(const std::string& path, const std::string& what_rank0_has) {
+  for (int attempt = 0;; ++attempt) {
+    std::error_code ec;
+    if (fs::exists(path, ec)) return "";
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      return what_rank0_has + " and this rank cannot look it up: " + ec.message();
+    if (attempt == 2) break;
+    // A network file system's client may remember a name as missing for up to a minute (NFS's
+    // directory attribute cache): reading the directories above it makes the client ask the
+    // server again. Only on this failure path, twice, half a second apart.
+    const fs::path parent = fs::path(path).parent_path();
+    for (const fs::path& d : {parent, parent.parent_path()}) {
+      std::error_code skip;
+      if (d.empty()) continue;
+      for (fs::directory_iterator it(d, skip), end; !skip && it != end; it.increment(skip)) {
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
   std::error_code ec;
   const fs::path cwd = fs::current_path(ec);
   return what_rank0_has + " and this rank does not see it (working directory " + cwd.string() +
@@ -73,7 +92,8 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
           std::printf("loom: removing %s: an interrupted save\n", e.path().c_str());
           fs::remove_all(e.path());
         } else if (e.is_regular_file() && (name.starts_with(".loom_shared_probe.") || name.starts_with(".loom_write_probe."))) {
-          fs::remove(e.path());  // the start-up probes (below) of a job that died during them
+          std::error_code ignored;  // the start-up probes (below) of a job that died during them
+          fs::remove(e.path(), ignored);
         }
       }
       // A fresh run into a directory of another run's checkpoints would prune and replace them.
@@ -99,8 +119,8 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
   if (groups.world_rank() == 0) error = create_empty_file(shared_probe, dir, /*keep=*/true);
   if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
   if (groups.world_rank() != 0) {
-    std::error_code ec;
-    if (!fs::exists(shared_probe, ec)) error = not_shared("checkpoint.dir=" + dir.string() + ": rank 0 made " + shared_probe.string());
+    error = unseen_by_this_rank(shared_probe.string(), "checkpoint.dir=" + dir.string() + ": rank 0 made " +
+                                                           shared_probe.string());
     if (error.empty()) error = create_empty_file(dir / (".loom_write_probe." + std::to_string(groups.world_rank())), dir);
   }
   error = parallel::agree_on_error(error, world);

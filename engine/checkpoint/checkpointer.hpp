@@ -75,9 +75,10 @@ struct CheckpointSetup {
 // The recipe's part for the checkpointer.
 CheckpointSetup checkpoint_setup(const Recipe& recipe);
 
-// The error of a rank that does not see a path rank 0 has made or chosen ("checkpoint.dir=D:
-// rank 0 made P"): its checkpoints are not rank 0's.
-std::string not_shared(const std::string& what_rank0_has);
+// "" if this rank sees `path`, which rank 0 has made or chosen (`what_rank0_has`: "checkpoint.dir=D:
+// rank 0 made P"); else the error: its checkpoints are not rank 0's (or the lookup failed). A miss
+// is retried for about a second (a network file system's cache of missing names).
+std::string unseen_by_this_rank(const std::string& path, const std::string& what_rank0_has);
 
 class Checkpointer {
  public:

@@ -47,7 +47,10 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
         validate_dataset(data, m.vocab_size, T, "--data");
       }))
     return 2;
-  groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{1, dp, 1});
+  if (!agreed_step(world, "eval", [&] {
+        groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{1, dp, 1});
+      }))
+    return 2;
   if (!agreed_step(world, "eval", [&] {
         // Rank r takes batches r, r + dp, ...: validation_batches deals them out by dp rank.
         const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};

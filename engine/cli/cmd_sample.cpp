@@ -99,7 +99,10 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
                                    std::to_string(context));
       }))
     return 2;
-  groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{tp, 1, 1});
+  if (!agreed_step(world, "sample", [&] {
+        groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{tp, 1, 1});
+      }))
+    return 2;
   if (!agreed_step(world, "sample", [&] {
         device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
         backend = make_backend(a.backend, device, "--backend");

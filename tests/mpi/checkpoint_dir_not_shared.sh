@@ -9,6 +9,7 @@
 #      rank (exit 1, MPI_Abort as any failed save), and its partial directory is removed;
 #   3. at a resume: checkpoint.resume=PATH (relative) that only rank 0 sees: exit 2, no run directory.
 source "$(dirname "$0")/../cli/common.sh"
+WORK=$(cd "$WORK" && pwd -P)  # as the ranks' working directories print it (TMPDIR may be a link)
 corpus
 export OMP_NUM_THREADS=1
 for node in a b; do mkdir -p "$WORK/$node/ck"; ln -s "$SRC/data" "$WORK/$node/data"; done
