@@ -6,7 +6,8 @@
 #      directory, checkpoint.dir left empty;
 #   2. at a save: checkpoint.dir shared at start (both `ck` are links to one directory), then
 #      rank 1's link turned away during step 2 (a lost mount): the save at step 2 fails on every
-#      rank (exit 1, MPI_Abort as any failed save), and its partial directory is removed;
+#      rank (exit 1, MPI_Abort as any failed save), and its partial directory is removed; with
+#      checkpoint.async too;
 #   3. at a resume: checkpoint.resume=PATH (relative) that only rank 0 sees: exit 2, no run directory.
 source "$(dirname "$0")/../cli/common.sh"
 WORK=$(cd "$WORK" && pwd -P)  # as the ranks' working directories print it (TMPDIR may be a link)
@@ -38,26 +39,35 @@ says_once start.out "rank 1: checkpoint.dir=ck: rank 0 made ck/.loom_shared_prob
 [ ! -e "$WORK/start.run" ] || fail "start: a run directory was made"
 [ -z "$(ls -A "$WORK/a/ck")$(ls -A "$WORK/b/ck")" ] || { ls -la "$WORK/a/ck" "$WORK/b/ck"; fail "start: checkpoint.dir not left empty"; }
 
-# 2. Shared at start, not at the first save.
+# 2. Shared at start, not at the first save; the save written in the step (checkpoint.async
+# false) and by the background writer (true: its error comes out at the next save's wait).
 mkdir -p "$WORK/shared" "$WORK/lost"
-for node in a b; do rmdir "$WORK/$node/ck"; ln -s "$WORK/shared" "$WORK/$node/ck"; done
-export LOOM_FAULT=sleep@0:2:4
-two_nodes save.out "${train[@]}" --set checkpoint.dir=ck --set checkpoint.every=2 --set log.dir="$WORK/save.run" &
-job=$!
-for _ in $(seq 600); do grep -q "LOOM_FAULT: sleeping" "$WORK/save.out" 2>/dev/null && break; sleep 0.1; done
-grep -q "LOOM_FAULT: sleeping" "$WORK/save.out" || { cat "$WORK/save.out"; fail "save: the slow step never came"; }
-ln -sfn "$WORK/lost" "$WORK/b/ck"
-wait "$job" || fail "save: see above"
-export LOOM_FAULT=
-rc=$(cat "$WORK/save.out.rc")
-[ "$rc" = 1 ] || { cat "$WORK/save.out"; fail "save: exit $rc, expected 1"; }
-grep -q "^step      2/4" "$WORK/save.out" || { cat "$WORK/save.out"; fail "save: step 2 did not finish"; }
-if grep -q "^step      3/4" "$WORK/save.out"; then cat "$WORK/save.out"; fail "save: training went on past the failed save"; fi
-# (A failed save ends in MPI_Abort on every rank that reaches it: one or more copies.)
-grep -q "saving checkpoint ck/step_00000002 failed: rank 1: checkpoint.dir=ck: rank 0 made ck/step_00000002.partial and this rank does not see it" "$WORK/save.out" ||
-  { cat "$WORK/save.out"; fail "save: the error does not name rank 1 and the partial directory"; }
-[ -z "$(ls "$WORK/shared")" ] || { ls -la "$WORK/shared"; fail "save: the failed save left something behind"; }
-[ -z "$(ls -A "$WORK/lost")" ] || fail "save: rank 1 wrote into its own directory"
+for node in a b; do rmdir "$WORK/$node/ck"; done
+for async in false true; do
+  ln -sfn "$WORK/shared" "$WORK/a/ck"
+  ln -sfn "$WORK/shared" "$WORK/b/ck"
+  out=save_$async.out
+  export LOOM_FAULT=sleep@0:2:4
+  two_nodes "$out" "${train[@]}" --set checkpoint.dir=ck --set checkpoint.every=2 --set checkpoint.async=$async \
+    --set log.dir="$WORK/save_$async.run" &
+  job=$!
+  for _ in $(seq 600); do grep -q "LOOM_FAULT: sleeping" "$WORK/$out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "LOOM_FAULT: sleeping" "$WORK/$out" || { cat "$WORK/$out"; fail "save ($async): the slow step never came"; }
+  ln -sfn "$WORK/lost" "$WORK/b/ck"
+  wait "$job" || fail "save ($async): see above"
+  export LOOM_FAULT=
+  rc=$(cat "$WORK/$out.rc")
+  [ "$rc" = 1 ] || { cat "$WORK/$out"; fail "save ($async): exit $rc, expected 1"; }
+  grep -q "^step      2/4" "$WORK/$out" || { cat "$WORK/$out"; fail "save ($async): step 2 did not finish"; }
+  if [ "$async" = false ] && grep -q "^step      3/4" "$WORK/$out"; then
+    cat "$WORK/$out"; fail "save: training went on past the failed save"
+  fi
+  # (A failed save ends in MPI_Abort on every rank that reaches it: one or more copies.)
+  grep -q "saving checkpoint ck/step_00000002 failed: rank 1: checkpoint.dir=ck: rank 0 made ck/step_00000002.partial and this rank does not see it" "$WORK/$out" ||
+    { cat "$WORK/$out"; fail "save ($async): the error does not name rank 1 and the partial directory"; }
+  [ -z "$(ls "$WORK/shared")" ] || { ls -la "$WORK/shared"; fail "save ($async): the failed save left something behind"; }
+  [ -z "$(ls -A "$WORK/lost")" ] || fail "save ($async): rank 1 wrote into its own directory"
+done
 
 # 3. A checkpoint to resume from that only rank 0 sees.
 ln -sfn "$WORK/shared" "$WORK/b/ck"
