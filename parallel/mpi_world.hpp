@@ -22,11 +22,12 @@ std::string agree_on_error(const std::string& local_error, MPI_Comm comm);
 class MpiCommunicator;
 std::string agree_on_error(const std::string& local_error, MpiCommunicator& group);  // over the group
 
-// Runs fn() on this rank; if it throws on any rank of `group`, every rank throws the agreed error
-// (`context` + the exception's message, as agree_on_error picks it). Collective: for start-up work
-// that may fail on some ranks only, before the next collective would leave the others waiting.
-template <typename Fn>
-void agreed(MpiCommunicator& group, Fn&& fn, const std::string& context = "") {
+// Runs fn() on this rank; if it throws on any rank of `group` (an MpiCommunicator or an MPI_Comm),
+// every rank throws the agreed error (`context` + the exception's message, as agree_on_error
+// picks it). Collective: for start-up work that may fail on some ranks only, before the next
+// collective would leave the others waiting.
+template <typename Group, typename Fn>
+void agreed(Group&& group, Fn&& fn, const std::string& context = "") {
   std::string error;
   try {
     fn();

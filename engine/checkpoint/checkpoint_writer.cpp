@@ -109,18 +109,21 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
     }
   }
   if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
+  // An agreed failure from here on: rank 0 removes the partial directory (ours, incomplete, and
+  // taking the space a retry needs), and every rank throws, which ends in MPI_Abort: the barrier
+  // keeps any rank from aborting before the removal.
+  auto fail = [&](const std::string& why) {
+    std::error_code ignored;
+    if (rank == 0) fs::remove_all(partial, ignored);
+    parallel::barrier_unwatched(world);
+    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + why);
+  };
   // Every rank sees the directory rank 0 just made, before the collective file creation: a rank
   // whose create failed alone would leave the others waiting inside HDF5. (Checked at start as
   // well, but a node can lose a mount in between.)
   if (rank != 0)
     error = unseen_by_this_rank(partial.string(), "checkpoint.dir=" + root.string() + ": rank 0 made " + partial.string());
-  if (error = parallel::agree_on_error(error, world); !error.empty()) {
-    std::error_code ignored;
-    if (rank == 0) fs::remove_all(partial, ignored);
-    // Every rank throws, and a failed save ends in MPI_Abort: not before rank 0 has removed it.
-    parallel::barrier_unwatched(world);
-    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
-  }
+  if (error = parallel::agree_on_error(error, world); !error.empty()) fail(error);
   const ParamTable& table = model_.table();
   const auto coord = groups_.coord();
   const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);
@@ -146,14 +149,7 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
     f.set_attr("step", std::to_string(steps_done));
     if (std::string bad = f.close_checked(); error.empty()) error = std::move(bad);
   }
-  if (error = parallel::agree_on_error(error, world); !error.empty()) {
-    if (rank == 0) {
-      std::error_code ec;
-      fs::remove_all(partial, ec);  // ours, incomplete, and taking the space a retry needs
-    }
-    parallel::barrier_unwatched(world);  // as above: no rank aborts before the removal
-    throw std::runtime_error("saving checkpoint " + final_dir.string() + " failed: " + error);
-  }
+  if (error = parallel::agree_on_error(error, world); !error.empty()) fail(error);
   std::vector<uint32_t> dataset_crc;
   try {
     dataset_crc = sums.combine_on_rank0(bytes_of, world);

@@ -79,7 +79,7 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
   // model.h5), so that a bad directory is not found at the first save, after that much training.
   parallel::MpiCommunicator& world = groups.world();
   const fs::path dir = cfg_.dir;
-  std::string error;
+  std::string error, shared_name;
   if (groups.world_rank() == 0) {
     try {
       lock_ = DirLock::acquire(dir.string(), "checkpoint.dir");
@@ -102,22 +102,22 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
         error = "checkpoint.dir=" + dir.string() + " holds checkpoints of an earlier run (newest: " +
                 c.complete.back().path + ") and checkpoint.resume=never: a fresh run there would prune and replace "
                 "them. Choose an empty checkpoint.dir, or resume (checkpoint.resume=auto or a checkpoint PATH)";
+      // A file whose name no rank has looked up before (so no cached "no such file" on a network
+      // file system can hide it); every rank must see it, or the ranks' checkpoint.dir are
+      // different directories (node-local disks, or a relative path from different working
+      // directories), and the first save would hang in its collective file creation.
+      if (error.empty()) {
+        shared_name = ".loom_shared_probe." + std::to_string(::getpid()) + "." +
+                      std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+        error = create_empty_file(dir / shared_name, dir, /*keep=*/true);
+      }
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
-  if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
-  // Rank 0 leaves a file whose name no rank has looked up before (so no cached "no such file" on
-  // a network file system can hide it); every rank must see it, or the ranks' checkpoint.dir
-  // are different directories (node-local disks, or a relative path from different working
-  // directories), and the first save would hang in its collective file creation.
-  const std::string shared_name = parallel::broadcast_string(
-      world, groups.world_rank() == 0 ? ".loom_shared_probe." + std::to_string(::getpid()) + "." +
-                                            std::to_string(std::chrono::system_clock::now().time_since_epoch().count())
-                                      : "");
-  const fs::path shared_probe = dir / shared_name;
-  if (groups.world_rank() == 0) error = create_empty_file(shared_probe, dir, /*keep=*/true);
-  if (error = parallel::broadcast_string(world, error); !error.empty()) throw std::runtime_error(error);
+  const std::vector<std::string> from0 = parallel::broadcast_strings(world, {error, shared_name});
+  if (!from0[0].empty()) throw std::runtime_error(from0[0]);
+  const fs::path shared_probe = dir / from0[1];
   if (groups.world_rank() != 0) {
     error = unseen_by_this_rank(shared_probe.string(), "checkpoint.dir=" + dir.string() + ": rank 0 made " +
                                                            shared_probe.string());

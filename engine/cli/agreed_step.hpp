@@ -6,7 +6,7 @@
 // the ranks that passed would wait in that call for the one that left.
 #include <cstdio>
 #include <exception>
-#include <string>
+#include <utility>
 
 #include "parallel/mpi_world.hpp"
 
@@ -14,15 +14,13 @@ namespace loom::cli {
 
 template <typename Fn>
 bool agreed_step(const parallel::MpiWorld& world, const char* command, Fn&& fn) {
-  std::string error;
   try {
-    fn();
+    parallel::agreed(world.comm(), std::forward<Fn>(fn));
+    return true;
   } catch (const std::exception& e) {
-    error = e.what();
+    if (world.rank() == 0) std::fprintf(stderr, "loom %s: error: %s\n", command, e.what());
+    return false;
   }
-  error = world.agree_on_error(error);
-  if (!error.empty() && world.rank() == 0) std::fprintf(stderr, "loom %s: error: %s\n", command, error.c_str());
-  return error.empty();
 }
 
 }  // namespace loom::cli
