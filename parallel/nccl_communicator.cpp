@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -29,7 +30,7 @@ void nccl_check(ncclResult_t r, const char* what, int rank) {
     throw std::runtime_error(std::string(what) + " failed on group rank " + std::to_string(rank) + ": " +
                              ncclGetErrorString(r));
 }
-void cuda_check(cudaError_t e, const char* what) {
+void cuda_check(cudaError_t e, const std::string& what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
@@ -107,16 +108,19 @@ struct EventRequest final : Request {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(MPI_Comm comm, int device, void* compute_stream, const std::string& name)
+  // nccl_prepare has run on every member (and made `root_id` on rank 0).
+  NcclCommunicator(MPI_Comm comm, const NcclId& root_id, int device, void* compute_stream, const std::string& name)
       : st_(std::make_shared<CommState>()), compute_(static_cast<cudaStream_t>(compute_stream)) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
     st_->name = name;
     st_->rank = rank_;
-    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    NcclId bytes = root_id;
+    if (MPI_Bcast(bytes.data(), int(bytes.size()), MPI_BYTE, 0, comm) != MPI_SUCCESS)
+      throw std::runtime_error("MPI_Bcast of the NCCL id failed on the " + name + " group");
     ncclUniqueId id;
-    if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", rank_);
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
+    std::memcpy(&id, bytes.data(), sizeof id);
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");  // the thread's current device, as nccl_prepare left it
     nccl_check(ncclCommInitRank(&st_->comm, size_, id, rank_), "ncclCommInitRank", rank_);
     comm_ = st_->comm;
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -296,9 +300,29 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+static_assert(sizeof(ncclUniqueId) == sizeof(NcclId), "NcclId must hold an ncclUniqueId's bytes");
+
+NcclId nccl_prepare(int device, bool make_id) {
+  cuda_check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  NcclId out{};
+  if (make_id) {
+    ncclUniqueId id;
+    nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId", 0);
+    std::memcpy(out.data(), &id, sizeof id);
+  }
+  return out;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, const NcclId& id, int device,
+                                                     void* compute_stream, const std::string& name) {
+  return std::make_unique<NcclCommunicator>(comm, id, device, compute_stream, name);
+}
+
 std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device, void* compute_stream,
                                                      const std::string& name) {
-  return std::make_unique<NcclCommunicator>(comm, device, compute_stream, name);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return make_nccl_communicator(comm, nccl_prepare(device, rank == 0), device, compute_stream, name);
 }
 
 BenchMemory device_bench_memory(int device) {
@@ -321,9 +345,17 @@ BenchMemory device_bench_memory(int) {
   throw std::runtime_error("this loom was built without CUDA/NCCL: no device buffers for the NCCL benchmark");
 }
 
-std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, void*, const std::string&) {
+namespace {
+[[noreturn]] void no_nccl() {
   throw std::runtime_error("this loom was built without NCCL (CUDA toolkit or nccl.h not found at configure time)");
 }
+}  // namespace
+
+NcclId nccl_prepare(int, bool) { no_nccl(); }
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, const NcclId&, int, void*, const std::string&) {
+  no_nccl();
+}
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm, int, void*, const std::string&) { no_nccl(); }
 #endif
 
 }  // namespace loom::parallel

@@ -1,8 +1,12 @@
 #include "parallel/process_groups.hpp"
 
+#include <cstdio>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
+#include "parallel/bounded_abort.hpp"
+#include "parallel/mpi_world.hpp"
 #include "parallel/nccl_communicator.hpp"
 
 namespace loom::parallel {
@@ -58,11 +62,30 @@ ProcessGroups::ProcessGroups(MPI_Comm world, GridLayout layout, AllReduceAlgo al
 void ProcessGroups::use_nccl(int device, void* compute_stream) {
   // One NCCL communicator per group this rank belongs to, bootstrapped over the group's MPI
   // communicator; every rank creates them in the same order (tp, dp, pp, embedding).
-  nccl_tp_ = make_nccl_communicator(tp_->comm(), device, compute_stream, tp_->name() + " (NCCL)");
-  nccl_dp_ = make_nccl_communicator(dp_->comm(), device, compute_stream, dp_->name() + " (NCCL)");
-  nccl_pp_ = make_nccl_communicator(pp_->comm(), device, compute_stream, pp_->name() + " (NCCL)");
-  if (embedding_)
-    nccl_embedding_ = make_nccl_communicator(embedding_->comm(), device, compute_stream, embedding_->name() + " (NCCL)");
+  MpiCommunicator* groups[] = {tp_.get(), dp_.get(), pp_.get(), embedding_.get()};
+  std::unique_ptr<Communicator>* made[] = {&nccl_tp_, &nccl_dp_, &nccl_pp_, &nccl_embedding_};
+  // The local half first, for all groups at once, agreed over the world: a rank whose GPU or NCCL
+  // fails here fails the job on every rank with its message, where it used to leave the members
+  // of its groups waiting in the id's broadcast. Over the world, not per group: a rank whose own
+  // groups all passed would otherwise go on into its next group's bootstrap and wait there.
+  NcclId ids[4];
+  agreed(*world_, [&] {
+    for (int g = 0; g < 4; ++g)
+      ids[g] = nccl_prepare(device, groups[g] && groups[g]->rank() == 0);
+  }, "NCCL set-up: ");
+  // The collective half. A failure in it cannot be agreed on: the group's other members wait
+  // inside ncclCommInitRank, which nothing but an abort ends. So it ends the job, with its reason.
+  try {
+    for (int g = 0; g < 4; ++g)
+      if (groups[g])
+        *made[g] = make_nccl_communicator(groups[g]->comm(), ids[g], device, compute_stream,
+                                          groups[g]->name() + " (NCCL)");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: rank %d: NCCL set-up: %s (the other ranks wait inside NCCL's: ending the job)\n",
+                 rank_, e.what());
+    std::fflush(stderr);
+    abort_job(1);
+  }
   // The counters stay: a group's volume is the same whichever communicator carries it.
   count_tp_->rebind(*nccl_tp_);
   count_dp_->rebind(*nccl_dp_);

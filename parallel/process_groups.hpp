@@ -49,6 +49,9 @@ class ProcessGroups {
   // Device buffers (the CUDA backend): NCCL communicators over the same groups, ordered after
   // `compute_stream` (docs/parallelism.md). Collective over the world. Until it is called the
   // device_*() accessors forward to the MPI communicators above (host buffers: the CPU backend).
+  // A failure to select the device or make an NCCL id is agreed (every rank throws it); a failure
+  // inside ncclCommInitRank ends the job (abort_job, exit 1) after printing it, because the other
+  // members of that group wait inside theirs.
   void use_nccl(int device, void* compute_stream);
   // Every device_*() communicator counts what it moves (counting_communicator.hpp), across
   // use_nccl; the host accessors above (scalars, health figures, checkpoint I/O) do not count.

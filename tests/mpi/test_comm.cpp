@@ -3,8 +3,9 @@
 // and fp16 (both ways MPI reduces them: the user-defined ops and through fp32; inputs are small
 // integers whose every partial sum is exactly representable, so each result is exact too), int32
 // where it moves data, dtype errors, GradBuckets over a bf16 buffer; and the process groups of
-// the world's grid against the GridLayout arithmetic. Run under mpirun; prints
-// "N passed, M failed" on rank 0 and exits non-zero on any failure (on any rank).
+// the world's grid against the GridLayout arithmetic, and their use_nccl failing on one rank.
+// Run under mpirun; prints "N passed, M failed" on rank 0 and exits non-zero on any failure (on
+// any rank).
 #include <mpi.h>
 
 #include <algorithm>
@@ -300,6 +301,29 @@ void test_all_typed(MpiCommunicator& c, const std::string& name) {
 }
 }  // namespace
 
+// use_nccl's local half (device, ids) is agreed over the world: rank 5 asks for a device no node
+// has, and every rank must throw that one error instead of leaving the members of rank 5's groups
+// waiting in their id's broadcast. Where rank 0's device 0 is usable the error names rank 5;
+// on a machine without a GPU (or a build without NCCL) every rank fails alike, unprefixed. Either
+// way no rank may hang, and the device groups still run over MPI afterwards.
+void test_nccl_setup_failure(ProcessGroups& groups, int me) {
+  const int bad = groups.layout().world() > 5 ? 5 : groups.layout().world() - 1;
+  std::string msg;
+  try {
+    groups.use_nccl(me == bad ? 1000 : 0, nullptr);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  check(!msg.empty(), "use_nccl with a bad device on rank " + std::to_string(bad) + " throws on every rank", me);
+  check(msg.find("NCCL set-up: ") != std::string::npos, "the use_nccl error says NCCL set-up: " + msg, me);
+  const bool names_a_rank = msg.rfind("rank ", 0) == 0;
+  check(!names_a_rank || msg.rfind("rank " + std::to_string(bad) + ": NCCL set-up: cudaSetDevice(1000)", 0) == 0,
+        "a use_nccl error that names a rank names rank " + std::to_string(bad) + ": " + msg, me);
+  float one = 1;
+  groups.device_dp().all_reduce(&one, 1, ReduceOp::Sum);
+  check(one == float(groups.layout().dp), "the device dp group still reduces over MPI after the failed use_nccl", me);
+}
+
 int main(int argc, char** argv) {
   MpiWorld world(&argc, &argv);
   {
@@ -334,6 +358,7 @@ int main(int argc, char** argv) {
       test_collectives(groups.dp(), "dp group");
       test_all_typed(groups.tp(), "tp group");
       test_all_typed(groups.dp(), "dp group");
+      test_nccl_setup_failure(groups, me);
     }
   }
   return loom::test::tally_exit();
