@@ -80,6 +80,10 @@ class Backend {
   // The PCI bus id ("0000:3b:00.0") of the device the ops run on; "" on the CPU. NVML finds the
   // same GPU by it, whatever CUDA_VISIBLE_DEVICES renumbered.
   virtual std::string device_pci_bus_id() const { return ""; }
+  // The device's UUID (cudaDeviceProp::uuid, written as nvidia-smi writes a GPU's: "GPU-8c3e...";
+  // a MIG instance has its own); "" on the CPU. One GPU has one UUID in every process that sees
+  // it, whatever CUDA_VISIBLE_DEVICES renumbered: how ranks find out they were given the same one.
+  virtual std::string device_uuid() const { return ""; }
 
   // Size of attention_forward's `saved` (what attention_backward needs) in bytes, for the compute
   // dtype `dtype`: backend-specific.

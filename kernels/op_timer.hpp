@@ -34,6 +34,7 @@ class OpTimer final : public Backend {
   void synchronize() override { in_->synchronize(); }
   void* stream() override { return in_->stream(); }
   std::string device_pci_bus_id() const override { return in_->device_pci_bus_id(); }
+  std::string device_uuid() const override { return in_->device_uuid(); }
   size_t attention_saved_bytes(int B, int T, int NH, DType dtype) const override {
     return in_->attention_saved_bytes(B, T, NH, dtype);
   }

@@ -13,6 +13,7 @@
 #include "engine/model/gpt.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "engine/train/evaluation.hpp"
+#include "engine/train/one_rank_per_gpu.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
@@ -60,7 +61,10 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {
-        if (backend->stream()) groups->use_nccl(device, backend->stream());
+        if (backend->stream()) {
+          check_one_rank_per_gpu(groups->world(), device, backend->device_uuid());
+          groups->use_nccl(device, backend->stream());
+        }
         const ModelConfig& m = src->model();
         const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
         model = std::make_unique<Gpt>(*backend, shape, a.micro_batch);

@@ -17,6 +17,7 @@
 #include "engine/generate/token_sampler.hpp"
 #include "engine/model/gpt_decoder.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
+#include "engine/train/one_rank_per_gpu.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
@@ -109,7 +110,10 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
       }))
     return 2;
   if (!agreed_step(world, "sample", [&] {
-        if (backend->stream()) groups->use_nccl(device, backend->stream());
+        if (backend->stream()) {
+          check_one_rank_per_gpu(groups->world(), device, backend->device_uuid());
+          groups->use_nccl(device, backend->stream());
+        }
         const ModelConfig& m = src->model();
         const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, context, 128 * tp);
         const DType compute = a.precision == "bf16" ? DType::bf16 : DType::f32;

@@ -94,6 +94,22 @@ class CudaBackend final : public Backend {
     if (cudaDeviceGetPCIBusId(id, int(sizeof id), device_) != cudaSuccess) return "";
     return id;
   }
+  std::string device_uuid() const override {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device_) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky, but the next launch check must not see it
+      return "";
+    }
+    static const char hex[] = "0123456789abcdef";
+    std::string out = "GPU-";
+    for (int i = 0; i < 16; ++i) {
+      if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';  // 8-4-4-4-12 hex digits
+      const auto b = static_cast<unsigned char>(prop.uuid.bytes[i]);
+      out += hex[b >> 4];
+      out += hex[b & 15];
+    }
+    return out;
+  }
   double peak_flops(DType compute) override {
     int clock_khz = 0;
     cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_);
