@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -253,6 +254,22 @@ TEST_CASE("CUDA offload staging: pinned memory, async copies ordered against the
   CHECK(empty != nullptr);
   gpu.release_host_pinned(empty);
   gpu.release_host_pinned(nullptr);
+}
+
+TEST_CASE("CUDA backend device identity: the UUID as nvidia-smi writes it, the PCI bus id") {
+  // engine/train/one_rank_per_gpu.hpp compares ranks' UUIDs: it must be well-formed and stable.
+  const std::string uuid = g_gpu->device_uuid();
+  INFO("uuid " << uuid);
+  REQUIRE(uuid.size() == 40);  // "GPU-" and 8-4-4-4-12 hex digits
+  CHECK(uuid.rfind("GPU-", 0) == 0);
+  for (size_t i = 4; i < uuid.size(); ++i) {
+    const bool dash = i == 12 || i == 17 || i == 22 || i == 27;
+    CHECK((dash ? uuid[i] == '-' : std::isxdigit(static_cast<unsigned char>(uuid[i])) != 0));
+  }
+  CHECK(uuid != "GPU-00000000-0000-0000-0000-000000000000");
+  CHECK(g_gpu->device_uuid() == uuid);
+  CHECK(!g_gpu->device_pci_bus_id().empty());
+  CHECK(g_cpu->device_uuid().empty());
 }
 
 int main(int argc, char** argv) {
