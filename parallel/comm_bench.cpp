@@ -117,8 +117,12 @@ long run_comm_bench(Communicator& comm, const BenchMemory& mem, const CommBenchO
     if (op != "all_reduce" && op != "reduce_scatter" && op != "all_gather")
       throw std::runtime_error("bench comm: unknown op '" + op + "' (all_reduce, reduce_scatter, all_gather)");
     const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
-    // One line per algorithm and size: the algorithms of one size side by side.
-    std::vector<std::string> algos = op == "all_reduce" ? o.algos : std::vector<std::string>{};
+    // One line per algorithm and size: the algorithms of one size side by side. Reduce-scatter
+    // follows the same setting, but has no hierarchical form of its own (it rings), so no line.
+    std::vector<std::string> algos;
+    if (op != "all_gather")
+      for (const std::string& a : o.algos)
+        if (op == "all_reduce" || a != "hierarchical") algos.push_back(a);
     if (algos.empty()) algos.push_back("-");
     for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= size_t(o.step_factor)) {
       for (const std::string& algo : algos) {

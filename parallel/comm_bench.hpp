@@ -7,9 +7,9 @@
 // A size is in bytes: a bf16 line moves the bytes of the fp32 line of that size, twice the
 // elements, so their algbw compare directly (count = bytes / dtype size).
 //
-// All-reduce may be timed under several algorithms (CommBenchOptions::algos: "mpi", "ring",
-// "hierarchical", "auto" for MpiCommunicator), one line each per size, side by side; the other
-// collectives have one line, algo "-". With link_gbps set, a "%link" column gives busbw against
+// All-reduce and reduce-scatter may be timed under several algorithms (CommBenchOptions::algos:
+// "mpi", "ring", "hierarchical", "auto" for MpiCommunicator; reduce-scatter has no hierarchical
+// form and skips it), one line each per size, side by side; all-gather has one line, algo "-". With link_gbps set, a "%link" column gives busbw against
 // the link's rate (link_gbps / 8 GB/s): the fraction of the wire the collective keeps busy.
 #include <cstddef>
 #include <functional>
@@ -37,7 +37,7 @@ struct CommBenchOptions {
   std::string ops = "all_reduce,reduce_scatter,all_gather";
   DType dtype = DType::f32;  // fp32 | bf16 | fp16
   std::string note;          // printed in the header line (e.g. how MPI reduces bf16)
-  // all_reduce: the algorithms to time, in this order, each selected by select_algo(name)
+  // all_reduce, reduce_scatter: the algorithms to time, in this order, each selected by select_algo(name)
   // before its line; empty: the communicator as it is (algo column "-").
   std::vector<std::string> algos;
   std::function<void(const std::string&)> select_algo;

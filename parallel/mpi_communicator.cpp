@@ -125,9 +125,15 @@ void MpiCommunicator::do_all_reduce(Lane& lane, TypedPtr buf, size_t n, ReduceOp
     all_reduce_through_fp32(c, buf, n, op);
 }
 
-void MpiCommunicator::do_reduce_scatter(MPI_Comm c, ConstTypedPtr send, TypedPtr recv,
-                                        const std::vector<size_t>& counts, HalfReduce how) const {
+void MpiCommunicator::do_reduce_scatter(Lane& lane, ConstTypedPtr send, TypedPtr recv,
+                                        const std::vector<size_t>& counts, const AllReduceHow& how_) const {
   if (sum(counts) == 0) return;
+  if (how_.algo != AllReduceAlgo::Mpi) {
+    ring_reduce_scatter(lane.ring, send, recv, counts, how_.half, how_.ring);
+    return;
+  }
+  MPI_Comm c = lane.comm;
+  const HalfReduce how = how_.half;
   std::vector<int> cnt, disp;
   displacements(counts, cnt, disp);
   if (send.dtype == DType::f32)
@@ -247,13 +253,13 @@ RequestPtr MpiCommunicator::iall_reduce(TypedPtr buf, size_t n, ReduceOp op) {
 void MpiCommunicator::reduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) {
   check_same_dtype(send.dtype, recv.dtype, "reduce_scatter");
   Watchdog::Scope w("reduce_scatter", name_.c_str(), channel_);
-  do_reduce_scatter(comm_, send, recv, counts, half_reduce_);
+  do_reduce_scatter(lane_, send, recv, counts, how_now(sum(counts), send.dtype));
 }
 RequestPtr MpiCommunicator::ireduce_scatter(ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts) {
   check_same_dtype(send.dtype, recv.dtype, "ireduce_scatter");
-  return post([=, this, how = half_reduce_](MPI_Comm c) {
+  return post([=, this, how = how_now(sum(counts), send.dtype)](MPI_Comm) {
     Watchdog::Scope w("reduce_scatter (overlapped)", name_.c_str(), worker_channel_);
-    do_reduce_scatter(c, send, recv, counts, how);
+    do_reduce_scatter(worker_lane_, send, recv, counts, how);
   });
 }
 void MpiCommunicator::all_gather(TypedPtr buf, const std::vector<size_t>& counts) {

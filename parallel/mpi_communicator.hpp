@@ -12,7 +12,10 @@
 //
 // all_reduce and iall_reduce run one of several algorithms (AllReduceAlgo, set_all_reduce_algo):
 // MPI_Allreduce, the pipelined ring (ring_allreduce.hpp) or the hierarchical one
-// (hierarchical_allreduce.hpp). The other collectives are always MPI's.
+// (hierarchical_allreduce.hpp). reduce_scatter and ireduce_scatter follow the same setting:
+// MPI_Reduce_scatter where it resolves to Mpi, the ring's reduce-scatter (ring_reduce_scatter)
+// for Ring and for Hierarchical (there is no hierarchical reduce-scatter; a ring of ranks ordered
+// by node crosses each node boundary once). The other collectives are always MPI's.
 #include <mpi.h>
 
 #include <condition_variable>
@@ -123,8 +126,8 @@ class MpiCommunicator final : public Communicator {
   };
   AllReduceHow how_now(size_t n, DType t) const;
   void do_all_reduce(Lane& lane, TypedPtr buf, size_t n, ReduceOp op, const AllReduceHow& how) const;
-  void do_reduce_scatter(MPI_Comm c, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
-                         HalfReduce how) const;
+  void do_reduce_scatter(Lane& lane, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
+                         const AllReduceHow& how) const;
   void worker_loop();
 
   std::string name_;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -18,23 +21,28 @@ struct Span {
 };
 
 // The ring's schedule on this rank: which part of the buffer item t sends and receives.
+// `counts`: the p chunks, in rank order. The all-reduce (gather, shift 0) runs p-1 reduce-scatter
+// steps, after which rank r holds chunk r+1 reduced, and p-1 all-gather steps. A reduce-scatter
+// alone (no gather, shift 1) runs the p-1 steps one chunk later, so that rank r ends with chunk r.
 class RingSchedule {
  public:
-  RingSchedule(size_t n, int p, int r, size_t seg) : p_(p), r_(r), seg_(seg), counts_(even_counts(n, p)) {
-    size_t off = 0;
+  RingSchedule(const std::vector<size_t>& counts, int p, int r, size_t seg, bool gather, int shift)
+      : p_(p), r_(r), shift_(shift), seg_(seg), counts_(counts) {
+    size_t off = 0, largest = 0;
     for (size_t c : counts_) {
       offs_.push_back(off);
       off += c;
+      largest = std::max(largest, c);
     }
-    segs_ = (counts_[0] + seg - 1) / seg;  // counts_[0] is the largest chunk
-    items_ = size_t(2 * (p - 1)) * segs_;
+    segs_ = (largest + seg - 1) / seg;
+    items_ = size_t((gather ? 2 : 1) * (p - 1)) * segs_;
   }
   size_t items() const { return items_; }
   size_t segments() const { return segs_; }
   int step(size_t t) const { return int(t / segs_); }
   bool reducing(size_t t) const { return step(t) < p_ - 1; }  // reduce-scatter (else all-gather)
-  Span sent(size_t t) const { return span(mod(r_ - step(t)), t % segs_); }
-  Span received(size_t t) const { return span(mod(r_ - step(t) - 1), t % segs_); }
+  Span sent(size_t t) const { return span(mod(r_ - step(t) - shift_), t % segs_); }
+  Span received(size_t t) const { return span(mod(r_ - step(t) - 1 - shift_), t % segs_); }
 
  private:
   int mod(int x) const { return ((x % p_) + p_) % p_; }
@@ -43,21 +51,30 @@ class RingSchedule {
     if (begin >= c) return {offs_[size_t(chunk)], 0};
     return {offs_[size_t(chunk)] + begin, std::min(seg_, c - begin)};
   }
-  int p_, r_;
+  int p_, r_, shift_;
   size_t seg_, segs_ = 0, items_ = 0;
   std::vector<size_t> counts_, offs_;
 };
 
-// The fp32/bf16/fp16 ring on raw elements of dtype t; Sum of halves rounds after each combine.
-void ring_core(MPI_Comm comm, char* base, size_t n, DType t, ReduceOp op, const RingOptions& o) {
+// Elements of dtype t per ring segment.
+size_t segment_elems(const RingOptions& o, DType t) { return std::max<size_t>(1, o.segment_bytes / dtype_size(t)); }
+
+// The fp32/bf16/fp16 ring on raw elements of dtype t, in place over the chunks `counts` of `base`;
+// Sum of halves rounds after each combine. gather: the all-reduce (every rank ends with every
+// chunk reduced); otherwise the reduce-scatter alone (rank r ends with chunk r reduced; the other
+// chunks hold partial sums).
+void ring_core(MPI_Comm comm, char* base, const std::vector<size_t>& counts, DType t, ReduceOp op,
+               const RingOptions& o, bool gather) {
   int p = 1, r = 0;
   MPI_Comm_size(comm, &p);
   MPI_Comm_rank(comm, &r);
+  size_t n = 0;
+  for (size_t c : counts) n += c;
   if (p == 1 || n == 0) return;
   const size_t es = dtype_size(t);
-  const size_t seg = std::max<size_t>(1, o.segment_bytes / es);
+  const size_t seg = segment_elems(o, t);
   const int window = std::max(1, o.in_flight);
-  const RingSchedule plan(n, p, r, seg);
+  const RingSchedule plan(counts, p, r, seg, gather, gather ? 0 : 1);
   const size_t T = plan.items(), S = plan.segments();
   const int right = (r + 1) % p, left = (r + p - 1) % p;
   const MPI_Datatype bytes = MPI_BYTE;
@@ -155,14 +172,65 @@ void ring_all_reduce(MPI_Comm comm, TypedPtr buf, size_t n, ReduceOp op, HalfRed
   MPI_Comm_size(comm, &p);
   if (p == 1 || n == 0) return;
   if (buf.dtype == DType::f32 || how == HalfReduce::UserOp) {
-    ring_core(comm, static_cast<char*>(buf.data), n, buf.dtype, op, o);
+    ring_core(comm, static_cast<char*>(buf.data), even_counts(n, p), buf.dtype, op, o, true);
     return;
   }
   // ThroughFp32: one rounding, at the end.
   std::unique_ptr<float[]> f(new float[n]);
   widen_to_fp32(buf, f.get(), n);
-  ring_core(comm, reinterpret_cast<char*>(f.get()), n, DType::f32, op, o);
+  ring_core(comm, reinterpret_cast<char*>(f.get()), even_counts(n, p), DType::f32, op, o, true);
   narrow_from_fp32(f.get(), buf, n);
+}
+
+void ring_reduce_scatter(MPI_Comm comm, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
+                         HalfReduce how, const RingOptions& o) {
+  check_same_dtype(send.dtype, recv.dtype, "ring_reduce_scatter");
+  int p = 1, r = 0;
+  MPI_Comm_size(comm, &p);
+  MPI_Comm_rank(comm, &r);
+  if (int(counts.size()) != p)
+    throw std::invalid_argument("ring_reduce_scatter: " + std::to_string(counts.size()) + " counts for " +
+                                std::to_string(p) + " ranks");
+  std::vector<size_t> offs(static_cast<size_t>(p), 0);
+  size_t largest = 0;
+  for (int c = 1; c < p; ++c) offs[size_t(c)] = offs[size_t(c - 1)] + counts[size_t(c - 1)];
+  for (size_t c : counts) largest = std::max(largest, c);
+  if (largest == 0) return;
+  const DType t = send.dtype;
+  const size_t es = dtype_size(t);
+  if (p == 1) {
+    std::memcpy(recv.data, send.data, counts[0] * es);
+    return;
+  }
+  // The work dtype: the buffer's own, or fp32 for halves reduced through fp32 (one rounding, when
+  // the round's part comes back). The work buffer holds one round: up to R elements of every
+  // part, packed, reduce-scattered in place by the ring, then this rank's part copied out. R is
+  // the larger of 4 MiB over the parts and two windows of segments (to keep the ring's pipeline
+  // full), and never more than the largest part: a bounded scratch where MPI_Reduce_scatter's
+  // ring (Open MPI 4.1) allocates one as large as the whole message.
+  const DType wt = t == DType::f32 || how == HalfReduce::UserOp ? t : DType::f32;
+  const size_t wes = dtype_size(wt);
+  const size_t window_elems = 2 * size_t(std::max(1, o.in_flight)) * segment_elems(o, wt);
+  const size_t R = std::min(largest, std::max(window_elems, (kRingRoundBytes / size_t(p)) / wes));
+  std::unique_ptr<char[]> work(new char[size_t(p) * R * wes]);
+  std::vector<size_t> part(static_cast<size_t>(p));
+  for (size_t lo = 0; lo < largest; lo += R) {
+    size_t at = 0;
+    for (int c = 0; c < p; ++c) {
+      const size_t k = counts[size_t(c)] > lo ? std::min(R, counts[size_t(c)] - lo) : 0;
+      part[size_t(c)] = k;
+      const ConstTypedPtr src = send + (offs[size_t(c)] + lo);
+      if (wt == t) std::memcpy(work.get() + at * wes, src.data, k * es);
+      else widen_to_fp32(src, reinterpret_cast<float*>(work.get()) + at, k);
+      at += k;
+    }
+    ring_core(comm, work.get(), part, wt, ReduceOp::Sum, o, false);
+    size_t mine = 0;
+    for (int c = 0; c < r; ++c) mine += part[size_t(c)];
+    const TypedPtr dst = recv + lo;
+    if (wt == t) std::memcpy(dst.data, work.get() + mine * wes, part[size_t(r)] * es);
+    else narrow_from_fp32(reinterpret_cast<const float*>(work.get()) + mine, dst, part[size_t(r)]);
+  }
 }
 
 }  // namespace loom::parallel

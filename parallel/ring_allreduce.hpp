@@ -1,6 +1,7 @@
 #pragma once
 // Ring all-reduce over MPI point-to-point, for host buffers: a reduce-scatter then an all-gather
-// around the ring rank -> rank + 1, each of the 2(p-1) steps cut into segments and pipelined.
+// around the ring rank -> rank + 1, each of the 2(p-1) steps cut into segments and pipelined; and
+// the reduce-scatter alone (ring_reduce_scatter, at the end).
 //
 // The buffer of n elements is split into p chunks (even_counts: sizes differ by at most one). In
 // reduce-scatter step s (0 <= s < p-1) rank r sends chunk (r - s) mod p to r + 1 and receives
@@ -24,6 +25,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "parallel/communicator.hpp"
 #include "parallel/mpi_half_reduce.hpp"
@@ -45,6 +47,20 @@ RingOptions default_ring_options(bool within_one_node = false);
 // communicator of its own (MPI_Comm_dup). n = 0 and a group of one return at once.
 void ring_all_reduce(MPI_Comm comm, TypedPtr buf, size_t n, ReduceOp op, HalfReduce how,
                      const RingOptions& o = default_ring_options());
+
+// The reduce-scatter half alone, out of place, as Communicator::reduce_scatter: send holds
+// sum(counts) elements laid out rank by rank (counts may differ and may be 0), and recv
+// (counts[rank]) becomes the sum of every rank's part `rank`; send is not written. Its p-1 steps
+// run one chunk later than the all-reduce's, so that rank r ends with part r. The parts go
+// through the ring in rounds of a bounded work buffer (kRingRoundBytes, or more where two
+// windows of segments per part need more) rather than a copy of the whole message: MPI_Reduce_
+// scatter's own ring (Open MPI 4.1's choice for messages above 256 KiB) allocates one as large
+// as the message. Sums only. Numerics as the all-reduce's: element i of part c is combined in the
+// ring's fixed order (from rank c+1's value around to rank c's), whatever the timing or the
+// segments, so a repeated call gives the same bits. Same communicator rules as ring_all_reduce.
+constexpr size_t kRingRoundBytes = size_t(4) << 20;
+void ring_reduce_scatter(MPI_Comm comm, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
+                         HalfReduce how, const RingOptions& o = default_ring_options());
 
 
 }  // namespace loom::parallel

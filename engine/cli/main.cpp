@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
                    "default: the communicator's")
       ->check(CLI::IsMember({"user_op", "fp32"}));
   comm->add_option("--algo", comm_args.algo,
-                   "mpi, all_reduce: comma-separated algorithms timed side by side (auto, mpi, ring, hierarchical); "
-                   "default: all of them");
+                   "mpi, all_reduce and reduce_scatter: comma-separated algorithms timed side by side (auto, mpi, "
+                   "ring, hierarchical: all_reduce only); default: all of them");
   comm->add_option("--ranks-per-node", comm_args.ranks_per_node,
                    "hierarchical: pretend every k consecutive ranks share a node (0: the real nodes)")
       ->capture_default_str();

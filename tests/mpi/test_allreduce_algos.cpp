@@ -105,6 +105,72 @@ void sweep(MpiCommunicator& c, const std::string& name) {
   run_one(c, name + " big", DType::f32, (size_t(1) << 20) + 7, ReduceOp::Max, true);
 }
 
+// One reduce-scatter of the parts `counts` (rank order), checked element by element: recv is
+// every rank's part `me` summed, its guards untouched, and send unchanged (it is const).
+void run_rs(MpiCommunicator& c, const std::string& name, DType t, const std::vector<size_t>& counts,
+            bool nonblocking) {
+  const int p = c.size(), me = c.rank();
+  size_t total = 0, off = 0;
+  for (int r = 0; r < p; ++r) {
+    if (r < me) off += counts[size_t(r)];
+    total += counts[size_t(r)];
+  }
+  const size_t mine = counts[size_t(me)];
+  Buf send(t, total), recv(t, mine);
+  for (size_t i = 0; i < total; ++i) send.set(i, sum_val(i, me));
+  for (size_t g = 0; g < kGuard; ++g) send.set(total + g, kGuardValue);
+  for (size_t i = 0; i < mine + kGuard; ++i) recv.set(i, kGuardValue);
+  const std::vector<char> before = send.b;
+  if (nonblocking) c.ireduce_scatter(send.ptr(), recv.ptr(), counts)->wait();
+  else c.reduce_scatter(send.ptr(), recv.ptr(), counts);
+  size_t bad = mine;
+  for (size_t i = 0; i < mine && bad == mine; ++i)
+    if (recv.get(i) != float((off + i) % 5 + 1) * float(p * (p + 1) / 2)) bad = i;
+  bool guard_ok = true;
+  for (size_t g = 0; g < kGuard; ++g) guard_ok &= recv.get(mine + g) == kGuardValue;
+  std::string shape;
+  for (size_t k : counts) {
+    if (!shape.empty()) shape += ',';
+    shape += std::to_string(k);
+  }
+  const std::string tag =
+      name + " reduce_scatter " + dtype_name(t) + " [" + shape + "]" + (nonblocking ? " (i)" : "");
+  check(bad == mine, tag + (bad == mine ? "" : " first bad index " + std::to_string(bad)), me);
+  check(guard_ok, tag + " guard", me);
+  check(send.b == before, tag + " send buffer unchanged", me);
+}
+
+// Reduce-scatter under the communicator's algorithm: even, uneven and empty parts with small
+// segments, then parts large enough for several rounds of the ring's work buffer.
+void sweep_rs(MpiCommunicator& c, const std::string& name) {
+  const int p = c.size();
+  c.set_ring_options(RingOptions{32, 3});
+  std::vector<std::vector<size_t>> shapes = {std::vector<size_t>(size_t(p), 0), std::vector<size_t>(size_t(p), 1),
+                                             std::vector<size_t>(size_t(p), 61)};
+  std::vector<size_t> uneven(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) uneven[size_t(r)] = size_t(r % 3 == 1 ? 0 : 17 * r + 5);  // one part empty
+  shapes.push_back(uneven);
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    for (HalfReduce how : {HalfReduce::UserOp, HalfReduce::ThroughFp32}) {
+      if (t == DType::f32 && how == HalfReduce::ThroughFp32) continue;
+      c.set_half_reduce(how);
+      const std::string nm = name + (t == DType::f32 ? "" : std::string(" ") + half_reduce_name(how));
+      for (const auto& counts : shapes)
+        for (bool nb : {false, true}) run_rs(c, nm, t, counts, nb);
+    }
+  }
+  c.set_half_reduce(kDefaultHalfReduce);
+  c.set_ring_options(default_ring_options());
+  // Several rounds of kRingRoundBytes: parts of 3 MiB of fp32 (1.5 MiB of bf16), the last part
+  // shorter, so the later rounds carry parts of unequal (and zero) length.
+  std::vector<size_t> big(static_cast<size_t>(p), (size_t(3) << 20) / 4 + 3);
+  big[size_t(p - 1)] = p > 1 ? (size_t(1) << 20) / 4 : big[0];
+  run_rs(c, name + " big", DType::f32, big, false);
+  c.set_half_reduce(HalfReduce::ThroughFp32);
+  run_rs(c, name + " big", DType::bf16, big, true);
+  c.set_half_reduce(kDefaultHalfReduce);
+}
+
 uint64_t fnv(const float* x, size_t n) {
   uint64_t h = 1469598103934665603ull;
   const unsigned char* b = reinterpret_cast<const unsigned char*>(x);
@@ -141,6 +207,7 @@ int main(int argc, char** argv) {
     for (AllReduceAlgo a : {AllReduceAlgo::Mpi, AllReduceAlgo::Ring, AllReduceAlgo::Auto}) {
       c.set_all_reduce_algo(a);
       sweep(c, all_reduce_algo_name(a));
+      sweep_rs(c, all_reduce_algo_name(a));
     }
     c.set_all_reduce_algo(AllReduceAlgo::Hierarchical);
     // 0: the real nodes (this host: one node, reduce + broadcast); 1: every rank its own node (the
@@ -149,6 +216,7 @@ int main(int argc, char** argv) {
       if (k > p) continue;
       c.set_ranks_per_node(k);
       sweep(c, "hierarchical ranks_per_node=" + std::to_string(k));
+      if (k == 2) sweep_rs(c, "hierarchical ranks_per_node=2");
     }
     c.set_ranks_per_node(0);
 
