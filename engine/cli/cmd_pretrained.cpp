@@ -10,6 +10,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/cli/model_tokenizer.hpp"
 #include "engine/config/recipe_io.hpp"
+#include "engine/data/tokenizer.hpp"
 #include "engine/pretrained/hf_gpt2_export.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "engine/util/host_memory.hpp"
@@ -104,6 +105,15 @@ int cmd_export(const ExportArgs& a, int* argc, char*** argv) {
     }
     if (opt.vocab.empty() != opt.merges.empty())
       throw std::runtime_error("--vocab and --merges go together (GPT-2 BPE's vocab.json and merges.txt)");
+    if (!opt.vocab.empty()) {
+      // The files are read (so a malformed one is named now) and must fit the model: an export
+      // whose tokenizer has more tokens than the model's vocabulary could not be sampled from.
+      const int tokens = make_gpt2_tokenizer(opt.vocab, opt.merges)->vocab_size();
+      if (tokens > src->model().vocab_size)
+        throw std::runtime_error(opt.vocab + " has " + std::to_string(tokens) + " tokens, more than the model's " +
+                                 std::to_string(src->model().vocab_size) +
+                                 ": this is not the tokenizer the model was trained with");
+    }
     export_hf_gpt2(*src, a.out, opt);
     std::printf("loom export: %s (%s) -> %s (Hugging Face GPT-2, %s%s) in %.2f s\n", src->path().c_str(),
                 src->format().c_str(), a.out.c_str(), opt.dtype.c_str(),

@@ -29,4 +29,15 @@ done
 grep -q "prompt tokens" "$WORK/sample.err" || fail "no sampling summary"
 "$LOOM" sample "$WORK/exported" --prompt "Hello" --max-tokens 8 --temperature 0 > "$WORK/gen" 2> /dev/null
 grep -q "^Hello" "$WORK/gen" || fail "generation does not continue the prompt"
+# GPT-2's tokenizer given to the export of a byte-level model (257 tokens): refused before anything
+# is written, as sampling from the result would be (50257 token ids the model has no rows for).
+$PY "$SRC/tests/pretrained/gpt2_numpy.py" make-hf "$WORK/hf257" --layers 1 --heads 4 --embd 64 --vocab 257 --positions 64
+set +e
+"$LOOM" export "$WORK/hf257" --out "$WORK/mismatch" --vocab "$TOK/vocab.json" --merges "$TOK/merges.txt" \
+  > "$WORK/mismatch.out" 2>&1
+rc=$?
+set -e
+[ $rc = 2 ] || fail "export with a 50257-token tokenizer for a 257-token model: exit $rc, expected 2"
+grep -q "vocab.json has 50257 tokens, more than the model's 257" "$WORK/mismatch.out" || fail "$(cat "$WORK/mismatch.out")"
+[ -e "$WORK/mismatch" ] && fail "the refused export wrote $WORK/mismatch"
 echo PASS
