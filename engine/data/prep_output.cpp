@@ -32,9 +32,33 @@ fs::path output_path(const std::string& out) {
   return p;
 }
 
+// The first `n` bytes of a regular file ("" for anything else: a FIFO is never opened).
+std::string file_head(const fs::directory_entry& e, size_t n) {
+  std::error_code ec;
+  if (!e.is_regular_file(ec)) return "";
+  std::FILE* f = std::fopen(e.path().c_str(), "rb");
+  if (!f) return "";
+  std::string head(n, '\0');
+  head.resize(std::fread(head.data(), 1, n, f));
+  std::fclose(f);
+  return head;
+}
+
+// Files loom prep writes, recognised by their contents, not their names: a shard starts with
+// "LOOMTOKS" (token_shard.hpp), the manifest says "format": "loom-tokens" near its top (its keys
+// are written sorted, and the ones before "format" are short). An llm.c shard or weights file
+// is a .bin too, and --force must not take it for one of ours.
+bool is_loom_shard(const fs::directory_entry& e) {
+  return e.path().extension() == ".bin" && file_head(e, 8) == "LOOMTOKS";
+}
+bool is_loom_manifest(const fs::directory_entry& e) {
+  return e.path().filename() == "manifest.json" &&
+         file_head(e, 4096).find("\"format\": \"loom-tokens\"") != std::string::npos;
+}
+
 // What a non-empty output directory holds, for the refusal message; "" when it is empty.
-// `only_dataset`: it holds nothing but a prepared dataset (manifest.json and .bin shards), the
-// one kind of directory --force may replace.
+// `only_dataset`: it holds nothing but a prepared dataset (Loom's manifest.json and Loom token
+// shards), the one kind of directory --force may replace.
 std::string describe_contents(const fs::path& dir, bool* only_dataset) {
   size_t entries = 0, shards = 0;
   bool manifest = false;
@@ -42,8 +66,8 @@ std::string describe_contents(const fs::path& dir, bool* only_dataset) {
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     ++entries;
-    if (name == "manifest.json") manifest = true;
-    else if (e.path().extension() == ".bin") ++shards;
+    if (is_loom_manifest(e)) manifest = true;
+    else if (is_loom_shard(e)) ++shards;
     else if (example.empty()) example = name;
   }
   *only_dataset = entries > 0 && example.empty();
@@ -52,7 +76,7 @@ std::string describe_contents(const fs::path& dir, bool* only_dataset) {
     std::string what = manifest ? "manifest.json" : "";
     if (shards) what += (what.empty() ? "" : ", ") + std::to_string(shards) + " shard file" + (shards == 1 ? "" : "s");
     if (entries > shards + (manifest ? 1 : 0))
-      what += ", " + std::to_string(entries - shards - (manifest ? 1 : 0)) + " other entries";
+      what += ", " + std::to_string(entries - shards - (manifest ? 1 : 0)) + " other entries, e.g. '" + example + "'";
     return "already holds a prepared dataset (" + what + ")";
   }
   return "is not empty (" + std::to_string(entries) + " entr" + (entries == 1 ? "y" : "ies") + ", e.g. '" + example +

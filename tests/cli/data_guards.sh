@@ -39,6 +39,15 @@ refused "it holds files that are not a prepared dataset, and --force replaces on
 cp -r ds mixed && echo mine > mixed/README
 refused "it holds files that are not a prepared dataset" "${prep[@]}" --out mixed --force in.txt
 [ "$(cat mixed/README)" = mine ] || fail "prep --force replaced a dataset directory holding a user's file"
+# .bin files that are not Loom shards (llm.c weights and token shards) are a user's files too, and
+# so is a manifest.json of another tool: recognised by their contents, never by their names.
+mkdir weights && head -c 5000 /dev/urandom > weights/gpt2_124M.bin && echo '{"name": "x"}' > weights/manifest.json
+sum_w=$(cat weights/* | md5sum)
+refused "it holds files that are not a prepared dataset" "${prep[@]}" --out weights --force in.txt
+[ "$(cat weights/* | md5sum)" = "$sum_w" ] || fail "prep --force replaced .bin files that are not Loom shards"
+cp -r ds llmc && head -c 3000 /dev/urandom > llmc/fineweb_train_000001.bin
+refused "other entries, e.g. 'fineweb_train_000001.bin'" "${prep[@]}" --out llmc --force in.txt
+[ -e llmc/fineweb_train_000001.bin ] || fail "prep --force removed an llm.c shard beside a dataset"
 # A mount point as --out: refused up front (the dataset is renamed in from beside it).
 if mkdir -p mnt && mount -t tmpfs -o size=4m tmpfs mnt 2>/dev/null; then
   refused "is a mount point" "${prep[@]}" --out mnt in.txt
