@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 
 namespace loom {
@@ -69,6 +70,7 @@ TokenShard open_as(const std::string& path, const std::string& format) {
 
 void open_files(TokenDataset& d, const std::vector<std::string>& files, const std::string& format,
                 const std::string& key) {
+  std::set<std::string> megatron_prefixes;  // PREFIX.bin and PREFIX.idx are one dataset, opened once
   for (const auto& file : files) {
     // Before anything opens it: reading a FIFO, socket or device would block or never end.
     if (const std::string kind = special_file_kind(file); !kind.empty())
@@ -83,6 +85,11 @@ void open_files(TokenDataset& d, const std::vector<std::string>& files, const st
     }
     if (d.format.empty()) d.format = f;
     else if (d.format != f) bad(key, d.source, "mixes formats: " + file + " is " + f + ", earlier files are " + d.format);
+    if (f == "megatron") {
+      std::string prefix = file;
+      if (prefix.ends_with(".bin") || prefix.ends_with(".idx")) prefix.resize(prefix.size() - 4);
+      if (!megatron_prefixes.insert(prefix).second) continue;  // a directory or glob lists both halves
+    }
     try {
       d.shards.push_back(open_as(file, f));
     } catch (const std::exception& e) {
@@ -93,6 +100,9 @@ void open_files(TokenDataset& d, const std::vector<std::string>& files, const st
 
 void open_manifest_dir(TokenDataset& d, const fs::path& dir, const std::string& key, const std::string& split) {
   const fs::path mpath = dir / "manifest.json";
+  if (const std::string kind = special_file_kind(mpath.string()); !kind.empty())
+    bad(key, d.source,
+        mpath.string() + " is " + kind + ", not a regular file; Loom reads a manifest from a regular file only");
   nlohmann::json m;
   try {
     std::ifstream in(mpath);
@@ -225,8 +235,16 @@ TokenDataset open_dataset(const std::string& path, const std::string& format, co
     bad(key, path, "no such file or directory");
   }
   if (d.declared_vocab == 0)
-    for (const auto& s : d.shards)
-      if (s.vocab_size) d.declared_vocab = int(s.vocab_size), d.declared_by = s.name;
+    for (const auto& s : d.shards) {
+      if (!s.vocab_size) continue;
+      // Every shard that declares a vocabulary must declare the same one: shards of two
+      // tokenizers in one glob or directory are two datasets, whichever sorts last.
+      if (d.declared_vocab && int(s.vocab_size) != d.declared_vocab)
+        bad(key, d.source,
+            "mixes tokenizers: " + d.declared_by + " declares vocab size " + std::to_string(d.declared_vocab) + ", " +
+                s.name + " " + std::to_string(s.vocab_size));
+      d.declared_vocab = int(s.vocab_size), d.declared_by = s.name;
+    }
   return d;
 }
 
@@ -235,12 +253,20 @@ void validate_dataset(const TokenDataset& d, int vocab_size, int seq_len, const 
     bad(key, d.source,
         d.declared_by + " declares vocab size " + std::to_string(d.declared_vocab) + " but model.vocab_size is " +
             std::to_string(vocab_size));
+  // A shard shorter than one sample gives none (SampleIndex) and is fine, as a corpus's last
+  // shard often is (loom prep cuts shards at --shard-tokens); the dataset as a whole must give one.
+  size_t longest = 0;
+  std::string longest_name;
   for (const auto& s : d.shards) {
     if (s.count == 0) bad(key, d.source, s.name + " is empty (0 tokens)");
-    if (s.count < size_t(seq_len) + 1)
-      bad(key, d.source,
-          s.name + " holds " + std::to_string(s.count) + " tokens, shorter than one sample of seq_len+1 = " +
-              std::to_string(seq_len + 1));
+    if (s.count > longest) longest = s.count, longest_name = s.name;
+  }
+  if (!d.shards.empty() && longest < size_t(seq_len) + 1)
+    bad(key, d.source,
+        (d.shards.size() == 1 ? longest_name + " holds " : "the longest shard, " + longest_name + ", holds ") +
+            std::to_string(longest) + " tokens, shorter than one sample of seq_len+1 = " +
+            std::to_string(seq_len + 1));
+  for (const auto& s : d.shards) {
     const uint32_t mx = s.max_token();
     if (mx >= uint32_t(vocab_size))
       bad(key, d.source,

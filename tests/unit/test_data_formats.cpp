@@ -2,6 +2,7 @@
 // readers (files written here from their documented layouts), and the errors for bad input.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -10,6 +11,8 @@
 
 #include "engine/data/mapped_file.hpp"
 #include "engine/data/prep.hpp"
+#include "engine/data/sampler.hpp"
+#include "engine/data/shard_writer.hpp"
 #include "engine/data/token_dataset.hpp"
 #include "engine/data/tokenizer.hpp"
 #include "data_test_files.hpp"
@@ -146,6 +149,58 @@ TEST_CASE("Megatron indexed datasets are read as one token stream") {
     CHECK(d.format == "megatron");
     CHECK(all_tokens(d) == std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
   }
+}
+
+TEST_CASE("a Megatron dataset found by a directory or a glob is read once, not once per half") {
+  auto dir = fresh_dir("megatron_once");
+  write_megatron(dir / "corpus", {{1, 2, 3}, {4, 5}});
+  for (const std::string& p : {dir.string(), (dir / "corpus*").string(), (dir / "*").string()}) {
+    INFO(p);
+    TokenDataset d = open_dataset(p, "auto", "data.train", "train");
+    CHECK(all_tokens(d) == std::vector<uint32_t>{1, 2, 3, 4, 5});
+  }
+}
+
+TEST_CASE("a short last shard gives no sample but does not refuse the dataset") {
+  auto dir = fresh_dir("short_last");
+  write_llmc(dir / "a_000000.bin", std::vector<uint16_t>(100, 1));
+  write_llmc(dir / "a_000001.bin", std::vector<uint16_t>(3, 2));  // what --shard-tokens leaves over
+  TokenDataset d = open_dataset(dir.string(), "auto", "data.train", "train");
+  validate_dataset(d, 50257, 16, "data.train");
+  const SampleIndex index(d.shards, 16);
+  CHECK(index.size() == 6);  // (100 - 1) / 16 from the first shard, none from the second
+  std::vector<int32_t> tok(16), tgt(16);
+  for (uint64_t k = 0; k < index.size(); ++k) {
+    index.fill(k, tok.data(), tgt.data());
+    CHECK(tok[0] == 1);
+  }
+}
+
+TEST_CASE("shards of different tokenizers in one dataset are refused whatever their order") {
+  auto dir = fresh_dir("mixed_vocab");
+  for (const auto& [name, vocab] : {std::pair<std::string, int>{"a", 257}, {"b", 50257}}) {
+    fs::create_directories(dir / name);
+    ShardWriter w((dir / name).string(), "train", vocab, vocab - 1, 1000);
+    std::vector<uint32_t> toks(100, 7);
+    w.write(toks.data(), toks.size());
+    w.finish();
+  }
+  fs::copy_file(dir / "a" / "train_000000.bin", dir / "x_byte.bin");
+  fs::copy_file(dir / "b" / "train_000000.bin", dir / "y_bpe.bin");
+  CHECK_THAT(error_of([&] { open_dataset((dir / "*.bin").string(), "auto", "data.train", "train"); }),
+             Contains("mixes tokenizers: ") && Contains("x_byte.bin declares vocab size 257, ") &&
+                 Contains("y_bpe.bin 50257"));
+  fs::rename(dir / "x_byte.bin", dir / "z_byte.bin");  // the byte shard now sorts last
+  CHECK_THAT(error_of([&] { open_dataset((dir / "*.bin").string(), "auto", "data.train", "train"); }),
+             Contains("mixes tokenizers: "));
+}
+
+TEST_CASE("a FIFO named manifest.json is refused, not opened") {
+  auto dir = fresh_dir("fifo_manifest");
+  write_llmc(dir / "train_000000.bin", std::vector<uint16_t>(100, 1));
+  REQUIRE(::mkfifo((dir / "manifest.json").c_str(), 0600) == 0);
+  CHECK_THAT(error_of([&] { open_dataset(dir.string(), "auto", "data.train", "train"); }),
+             Contains("manifest.json is a FIFO") && Contains("not a regular file"));
 }
 
 TEST_CASE("bad data is reported before training, naming the file and what was expected") {

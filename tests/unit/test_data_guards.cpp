@@ -102,7 +102,7 @@ TEST_CASE("loom prep refuses a non-empty --out without force, and with force swa
   }
   SECTION("force replaces the dataset and leaves no partial or old directory") {
     PrepOptions b = small_prep(dir, "ds/", 'b', true);  // a trailing slash names the same directory
-    std::ofstream(dir / "ds" / "stale_999.bin") << "old";  // an old file must not survive
+    fs::copy_file(dir / "ds" / "train_000000.bin", dir / "ds" / "stale_999.bin");  // an old shard must not survive
     PrepSummary s = run_prep(b);
     CHECK(s.replaced);
     auto m = nlohmann::json::parse(std::ifstream(dir / "ds" / "manifest.json"));
@@ -127,7 +127,7 @@ TEST_CASE("loom prep refuses a non-empty --out without force, and with force swa
     CHECK_THAT(error_of([&] { run_prep(b); }), Contains("holds files that are not a prepared dataset"));
     CHECK(fs::exists(dir / "ds" / "inside.txt"));
     fs::remove(dir / "ds" / "inside.txt");
-    std::ofstream(dir / "ds" / "more.bin") << "text\n";  // an input that looks like a shard
+    fs::copy_file(dir / "ds" / "train_000000.bin", dir / "ds" / "more.bin");  // an input that is a shard
     b.inputs = {(dir / "ds" / "more.bin").string()};
     CHECK_THAT(error_of([&] { run_prep(b); }), Contains("more.bin lies inside the directory that --force would replace"));
     CHECK(fs::exists(dir / "ds" / "more.bin"));
