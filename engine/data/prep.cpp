@@ -41,15 +41,14 @@ class DocumentSink {
       : tok_(tok), train_(train), val_(val), o_(o), sum_(sum) {}
 
   void append_line(const std::string& line, bool had_newline) {
-    // A long document is flushed only between a line ending in a non-space and a line starting
-    // with one: GPT-2's pre-tokeniser splits there anyway, so the ids do not depend on where the
-    // pieces were cut.
-    if (text_.size() >= kFlushBytes && !line.empty() && !is_space(line[0]) && text_.size() >= 2 &&
-        text_.back() == '\n' && !is_space(text_[text_.size() - 2]))
-      flush();
     if (!open_) start();
-    text_ += line;
+    // A long line goes in by pieces too: its ids (4 bytes per token) are never all held at once.
+    for (size_t at = 0; at < line.size(); at += kFlushBytes) {
+      text_.append(line, at, kFlushBytes);
+      if (text_.size() >= 2 * kFlushBytes) flush_piece();
+    }
     if (had_newline) text_ += '\n';
+    if (text_.size() >= 2 * kFlushBytes) flush_piece();
   }
   void end_document() {
     if (open_) flush();
@@ -59,11 +58,47 @@ class DocumentSink {
  private:
   void start() {
     open_ = true;
+    searched_ = 0;
     const double u = double(splitmix64(splitmix64(o_.seed) ^ sum_.documents) >> 11) * 0x1.0p-53;
     to_val_ = u < o_.val_fraction;
     ++sum_.documents;
     if (to_val_) ++sum_.val_documents;
     ids_.assign(1, uint32_t(tok_.eot_id()));  // every document starts with end-of-text
+  }
+  // Where a long document may be cut without changing its ids: 0 if nowhere at or past
+  // kFlushBytes. The byte tokenizer encodes byte by byte (anywhere). GPT-2's pre-tokeniser
+  // (\s+(?!\S) then \s+ for whitespace, an optional leading space on words) gives the same
+  // pre-tokens on both sides of three cuts, each between two non-space characters' surroundings:
+  //   "X Y"      before the single space (" Y" starts the next word either way);
+  //   "X\nY"     after the newline (a lone "\n" is its own pre-token, at the end of a piece too);
+  //   "X\r\nY"   between "\r" and "\n" (whole, "\r\n" before Y splits into "\r" and "\n"; a piece
+  //              ending in "\r\n" would keep them together, one ending in "\r" does not).
+  // The last such place is taken; positions already searched are not searched again, so a long
+  // run without one costs a linear scan.
+  size_t safe_cut() {
+    if (tok_.name() == "byte") return text_.size();
+    const size_t n = text_.size();
+    const size_t lo = std::max(kFlushBytes, searched_);
+    for (size_t i = n - 1; i > lo; --i) {
+      const char c = text_[i];
+      if (c != ' ' && c != '\n') continue;
+      if (i + 1 >= n || is_space(text_[i + 1])) continue;
+      if (c == ' ' && !is_space(text_[i - 1])) return i;
+      if (c == '\n' && !is_space(text_[i - 1])) return i + 1;
+      if (c == '\n' && text_[i - 1] == '\r' && i >= 2 && !is_space(text_[i - 2])) return i;
+    }
+    searched_ = n - 1;  // the last character's follower is not known yet
+    return 0;
+  }
+  // Encodes and writes the document up to its last safe cut, keeping the rest for later.
+  void flush_piece() {
+    const size_t cut = safe_cut();
+    if (cut == 0) return;
+    tok_.encode(std::string_view(text_).substr(0, cut), ids_);
+    (to_val_ ? val_ : train_).write(ids_.data(), ids_.size());
+    ids_.clear();
+    text_.erase(0, cut);
+    searched_ = 0;
   }
   void flush() {
     tok_.encode(text_, ids_);
@@ -77,6 +112,7 @@ class DocumentSink {
   const PrepOptions& o_;
   PrepSummary& sum_;
   std::string text_;
+  size_t searched_ = 0;  // text_ below this holds no safe cut (safe_cut)
   std::vector<uint32_t> ids_;
   bool open_ = false, to_val_ = false;
 };
@@ -150,7 +186,11 @@ PrepSummary run_prep(const PrepOptions& o) {
       crc = crc32c(line.data(), line.size(), crc);
       if (newline) crc = crc32c("\n", 1, crc);
       bytes += line.size() + (newline ? 1 : 0);
-      if (!o.doc_separator.empty() && line == o.doc_separator) sink.end_document();
+      // The separator line, with or without a CR before its newline (a file with CRLF endings).
+      const bool separator = !o.doc_separator.empty() &&
+                             (line == o.doc_separator || (line.size() == o.doc_separator.size() + 1 &&
+                                                          line.back() == '\r' && line.starts_with(o.doc_separator)));
+      if (separator) sink.end_document();
       else sink.append_line(line, newline);
     }
     sink.end_document();  // a file always ends a document

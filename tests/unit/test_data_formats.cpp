@@ -294,3 +294,42 @@ TEST_CASE("a long document tokenised in pieces gives the ids of encoding it whol
   CHECK(got.size() == want.size());
   CHECK(got == want);
 }
+
+TEST_CASE("CRLF text and long lines are tokenised in pieces too, with the ids of the whole") {
+  auto dir = fresh_dir("bpe_crlf");
+  const std::string vocab = LOOM_TEST_DATA_DIR "/bpe/vocab.json", merges = LOOM_TEST_DATA_DIR "/bpe/merges.txt";
+  auto tok = make_gpt2_tokenizer(vocab, merges);
+  std::string crlf, long_line;
+  const char* lines[] = {"The quick brown fox.", "", "  indented 42", "trailing  ", "\ttab", "it's"};
+  for (int i = 0; crlf.size() < 5'000'000; ++i) crlf += std::string(lines[i % 6]) + " " + std::to_string(i) + "\r\n";
+  for (int i = 0; long_line.size() < 5'000'000; ++i) long_line += (i % 11 ? " word" : "  two, spaces") + std::to_string(i % 97);
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"crlf", crlf}, {"long", long_line}}) {
+    INFO(name);
+    std::ofstream(dir / (name + ".txt"), std::ios::binary) << text;
+    for (const std::string t : {"gpt2", "byte"}) {
+      PrepOptions o;
+      o.tokenizer = t;
+      if (t == "gpt2") o.vocab = vocab, o.merges = merges;
+      o.out = (dir / (name + "_" + t)).string();
+      o.inputs = {(dir / (name + ".txt")).string()};
+      const PrepSummary sum = run_prep(o);
+      CHECK(sum.documents == 1);
+      auto got = all_tokens(open_dataset(o.out, "auto", "data.train", "train"));
+      auto whole = t == "gpt2" ? make_gpt2_tokenizer(vocab, merges) : make_byte_tokenizer();
+      std::vector<uint32_t> want = {uint32_t(whole->eot_id())};
+      whole->encode(text, want);
+      CHECK(got.size() == want.size());
+      CHECK(got == want);
+    }
+  }
+}
+
+TEST_CASE("a document separator line ending in CRLF separates documents") {
+  auto dir = fresh_dir("crlf_sep");
+  std::ofstream(dir / "in.txt", std::ios::binary) << "doc one\r\n%\r\ndoc two\r\n%\r\ndoc three\r\n";
+  PrepOptions o;
+  o.doc_separator = "%";
+  o.out = (dir / "out").string();
+  o.inputs = {(dir / "in.txt").string()};
+  CHECK(run_prep(o).documents == 3);
+}
