@@ -4,6 +4,7 @@
 // the vectorisation or the thread count).
 #include <algorithm>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -35,8 +36,17 @@ template void narrow_parallel<fp16>(const float*, fp16*, size_t);
 
 namespace {
 constexpr int kScratchSlots = 8;
+// Every scratch buffer starts on a 64-byte boundary. Eigen's vectorised reductions (a softmax
+// row's max and sum) peel elements up to the first aligned packet, so where a buffer starts
+// changes how its sum is grouped: with malloc's 16-byte alignment, which varied from run to run
+// with the heap's history (threads allocate concurrently), fp16 and widened bf16 attention
+// summed differently in the last bits from one run to the next.
+constexpr std::align_val_t kScratchAlign{64};
+struct AlignedFree {
+  void operator()(float* p) const { ::operator delete[](p, kScratchAlign); }
+};
 struct ScratchBuf {
-  std::unique_ptr<float[]> p;
+  std::unique_ptr<float[], AlignedFree> p;
   size_t n = 0;
 };
 ScratchBuf* scratch_slots() {
@@ -53,7 +63,7 @@ float* fp32_scratch(int slot, size_t n) {
   if (slot < 0 || slot >= kScratchSlots) throw std::logic_error("fp32_scratch: slot out of range");
   ScratchBuf& b = scratch_slots()[slot];
   if (b.n < n) {
-    b.p.reset(new float[n]);
+    b.p.reset(static_cast<float*>(::operator new[](n * sizeof(float), kScratchAlign)));
     b.n = n;
   }
   return b.p.get();
