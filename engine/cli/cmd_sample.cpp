@@ -73,7 +73,10 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
   int context = 0, device = 0;
   // What each rank opens on its own, then the process groups (collective), then the rest: a rank
   // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).
+  std::unique_ptr<TokenSampler> sampler;
   if (!agreed_step(world, "sample", [&] {
+        // The sampling options first: a bad one is refused before any weight is read.
+        sampler = std::make_unique<TokenSampler>(SamplingConfig{a.temperature, a.top_k, a.top_p, a.seed});
         src = open_pretrained(a.src);
         const ModelConfig& m = src->model();
         if (m.n_head % tp != 0)
@@ -127,7 +130,6 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
 
   try {
     const int V = src->model().vocab_size;
-    TokenSampler sampler(SamplingConfig{a.temperature, a.top_k, a.top_p, a.seed});
     std::vector<int32_t> seq = prompt;
     auto t0 = std::chrono::steady_clock::now();
     std::vector<float> logits = dec->step(prompt.data(), int(prompt.size()), !a.logits_out.empty());
@@ -148,7 +150,7 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
         why = "the full context (" + std::to_string(context) + " tokens)";
         break;
       }
-      const int32_t next = sampler.next(logits.data(), V);
+      const int32_t next = sampler->next(logits.data(), V);
       seq.push_back(next);
       ++generated;
       if (lead) {

@@ -94,14 +94,17 @@ int main(int argc, char** argv) {
       "sample", "generate text from a model with a KV cache (under mpirun: tensor-parallel over the ranks)");
   sample->add_option("src", sample_args.src, "a Loom checkpoint or checkpoint.dir, an HF GPT-2 directory, an llm.c .bin")
       ->required();
-  sample->add_option("--prompt", sample_args.prompt, "text to continue (default: start a new document)");
-  sample->add_option("--prompt-tokens", sample_args.prompt_tokens, "token ids to continue, comma-separated (no tokenizer)");
+  CLI::Option* prompt_text =
+      sample->add_option("--prompt", sample_args.prompt, "text to continue (default: start a new document)");
+  sample->add_option("--prompt-tokens", sample_args.prompt_tokens, "token ids to continue, comma-separated (no tokenizer)")
+      ->excludes(prompt_text);
   sample->add_option("--tokenizer", sample_args.tokenizer, "byte or gpt2 (default: the model's, when Loom can tell)")
       ->check(CLI::IsMember({"byte", "gpt2"}));
   sample->add_option("--vocab", sample_args.vocab, "GPT-2 vocab.json");
   sample->add_option("--merges", sample_args.merges, "GPT-2 merges.txt");
   sample->add_option("--max-tokens", sample_args.max_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sample->add_option("--context", sample_args.context, "positions (prompt + generated; default: the model's)");
+  sample->add_option("--context", sample_args.context, "positions (prompt + generated; default: the model's)")
+      ->check(CLI::PositiveNumber);
   sample->add_option("--temperature", sample_args.temperature, "softmax temperature; 0: greedy")->capture_default_str();
   sample->add_option("--top-k", sample_args.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   sample->add_option("--top-p", sample_args.top_p, "nucleus: the most likely tokens holding this probability")->capture_default_str();

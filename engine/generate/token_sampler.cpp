@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/util/splitmix64.hpp"
@@ -11,9 +13,17 @@
 namespace loom {
 
 TokenSampler::TokenSampler(const SamplingConfig& c) : c_(c) {
-  if (!(c.temperature >= 0)) throw std::invalid_argument("temperature must be >= 0 (0: greedy)");
-  if (c.top_k < 0) throw std::invalid_argument("top_k must be >= 0 (0: no limit)");
-  if (!(c.top_p > 0 && c.top_p <= 1)) throw std::invalid_argument("top_p must be in (0, 1]");
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  if (!(c.temperature >= 0))
+    throw std::invalid_argument("temperature (--temperature) must be >= 0 (0: greedy), not " + num(c.temperature));
+  if (c.top_k < 0)
+    throw std::invalid_argument("top_k (--top-k) must be >= 0 (0: no limit), not " + std::to_string(c.top_k));
+  if (!(c.top_p > 0 && c.top_p <= 1))
+    throw std::invalid_argument("top_p (--top-p) must be in (0, 1], not " + num(c.top_p));
 }
 
 int TokenSampler::next(const float* logits, int V) {

@@ -86,4 +86,23 @@ cmp -s "$WORK/s1" "$WORK/s3" || fail "the KV cache changed the text"
 cmp -s "$WORK/s1" "$WORK/s5" || fail "tp 2 changed the text: $(cat "$WORK/s5")"
 cmp -s "$WORK/s1" "$WORK/s4" && fail "another seed gave the same text"
 grep -q "^The " "$WORK/s1" || fail "the prompt is not echoed"
+# Bad sampling options: refused (exit 2) before the weights are read, with the option's name,
+# on every rank of an mpirun, not through MPI_Abort.
+bad_sample() {  # WANT ARGS...
+  local want=$1; shift
+  set +e
+  OMP_NUM_THREADS=1 mpi -np 2 "$LOOM" sample "$WORK/ck" --max-tokens 4 "$@" > "$WORK/bad.out" 2>&1
+  local rc=$?
+  set -e
+  [ $rc = 2 ] || fail "sample $*: exit $rc, expected 2: $(cat "$WORK/bad.out")"
+  grep -qF -- "$want" "$WORK/bad.out" || fail "sample $*: no '$want': $(cat "$WORK/bad.out")"
+  grep -q "MPI_ABORT" "$WORK/bad.out" && fail "sample $*: ended through MPI_Abort"
+  return 0
+}
+bad_sample "top_p (--top-p) must be in (0, 1], not 0" --top-p 0
+bad_sample "top_p (--top-p) must be in (0, 1], not nan" --top-p nan
+bad_sample "temperature (--temperature) must be >= 0" --temperature -1
+bad_sample "top_k (--top-k) must be >= 0" --top-k -1
+bad_sample "--context" --context -3
+bad_sample "excludes" --prompt x --prompt-tokens 1
 echo PASS
