@@ -243,7 +243,11 @@ Setting setting_from_override(const std::string& ov) {
   if (std::find(known.begin(), known.end(), s.section) == known.end())
     fail(where, "unknown section '" + s.section + "'" + suggestion(s.section, known));
   try {
-    s.value = value.empty() ? YAML::Node() : YAML::Load(value);
+    // A value starting with a YAML indicator YAML would take as a directive, an anchor, a tag or
+    // an alias of nothing ("%j" as a Slurm-style path, "&a", "!x") is the text itself: parsed,
+    // it would silently become empty (an empty checkpoint.dir turns checkpointing off).
+    if (!value.empty() && std::string("%&!*@`").find(value[0]) != std::string::npos) s.value = YAML::Node(value);
+    else s.value = value.empty() ? YAML::Node() : YAML::Load(value);
   } catch (const YAML::ParserException& e) {
     fail(where, "cannot parse the value '" + value + "': " + e.msg);
   }

@@ -64,6 +64,16 @@ TEST_CASE("a good recipe loads, defaults fill the rest, and overrides apply in o
   CHECK(r.origin.at("model.d_model") == p + ":4:3");
 }
 
+TEST_CASE("an override value starting with a YAML indicator is the text itself, never empty") {
+  auto p = write_recipe("good_ind.yaml", kGood);
+  for (const std::string v : {"%j", "&a", "!tag", "*x", "@at", "`q"}) {
+    INFO(v);
+    Recipe r = load_recipe(p, {"checkpoint.dir=" + v});
+    CHECK(r.checkpoint.dir == v);
+    CHECK_THROWS_WITH(load_recipe(p, {"model.n_layer=" + v}), Catch::Contains("expected an integer, got '" + v + "'"));
+  }
+}
+
 TEST_CASE("the printed recipe reads back to the same recipe") {
   auto p = write_recipe("roundtrip.yaml", kGood);
   Recipe r = load_recipe(p, {"data.train=some file.txt", "optim.lr=0.0006", "checkpoint.resume=auto"});
