@@ -126,10 +126,21 @@ void apply(Recipe& r, const Setting& s) {
   const std::string text = v.Scalar();
   auto range_check = [&](double x) {
     if (x < f->lo || x > f->hi) {
+      // The bound that was crossed, written exactly (integers as integers: "1048576", never
+      // "1.04858e+06"); an integer key's huge upper bound is named only when it was crossed.
+      const bool integer = f->kind == FieldKind::Int || f->kind == FieldKind::IntOrAuto ||
+                           f->kind == FieldKind::Int64 || f->kind == FieldKind::UInt64;
+      auto num = [&](double b) {
+        char buf[40];
+        if (integer) std::snprintf(buf, sizeof buf, "%.0f", b);
+        else std::snprintf(buf, sizeof buf, "%.10g", b);
+        return std::string(buf);
+      };
       std::ostringstream os;
       os << name << ": " << text << " is out of range; expected ";
-      if (std::isinf(f->hi)) os << "a value >= " << f->lo;
-      else os << "a value in [" << f->lo << ", " << f->hi << "]";
+      if (integer) os << "an integer " << (x < f->lo ? ">= " + num(f->lo) : "<= " + num(f->hi));
+      else if (std::isinf(f->hi)) os << "a value >= " << num(f->lo);
+      else os << "a value in [" << num(f->lo) << ", " << num(f->hi) << "]";
       fail(s.where, os.str());
     }
   };
