@@ -68,7 +68,8 @@ ResumePoint Checkpointer::resume() {
   }
   if (!candidates.empty())
     throw std::runtime_error("checkpoint.dir=" + cfg_.dir + ": every checkpoint is damaged (see above); "
-                             "nothing to resume from (set checkpoint.resume=never to start afresh)");
+                             "nothing to resume from. To start afresh, give the run another checkpoint.dir (this "
+                             "one keeps the damaged checkpoints for inspection: loom ckpt inspect)");
   return ResumePoint{};
 }
 
@@ -91,10 +92,16 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   });
   const auto& mm = man["model"];
   const ModelConfig& m = setup_.model;
-  if (mm["n_layer"] != m.n_layer || mm["n_head"] != m.n_head || mm["d_model"] != m.d_model ||
-      mm["vocab_size"] != m.vocab_size || mm["seq_len"] != m.seq_len)
-    throw std::runtime_error(dir + ": the checkpoint's model " + mm.dump() +
-                             " differs from the recipe's model section; a checkpoint loads only into the same model");
+  std::string differ;  // "model.n_layer is 2 in the recipe, 4 in the checkpoint; ..."
+  for (const auto& [key, mine] : {std::pair<const char*, int>{"n_layer", m.n_layer}, {"n_head", m.n_head},
+                                  {"d_model", m.d_model}, {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}})
+    if (mm[key] != mine)
+      differ += std::string(differ.empty() ? "" : "; ") + "model." + key + " is " + std::to_string(mine) +
+                " in the recipe, " + mm[key].dump() + " in the checkpoint";
+  if (!differ.empty())
+    throw std::runtime_error(dir + ": " + differ +
+                             "; a checkpoint loads only into the same model (another shape needs another "
+                             "checkpoint.dir)");
   if (!(lora_from_manifest_model(mm) == model_.shape().lora))
     throw std::runtime_error(dir + ": the checkpoint's LoRA adapters " + (mm.contains("lora") ? mm["lora"].dump() : "(none)") +
                              " differ from the recipe's lora section " +

@@ -62,4 +62,13 @@ set +e
 set -e
 [ "$rc" = 2 ] || fail "all damaged: exit status $rc, expected 2"
 grep -q "every checkpoint is damaged" "$WORK/all.err" || fail "all damaged: message: $(cat "$WORK/all.err")"
+grep -q "give the run another checkpoint.dir" "$WORK/all.err" || fail "all damaged: no way out named: $(cat "$WORK/all.err")"
+# Another model shape than the checkpoint's: refused, naming each key that differs and both values.
+set +e
+"$LOOM" train configs/tiny.yaml --set train.steps=13 --set checkpoint.dir="$WORK/ck" --set log.dir="$WORK/r2" \
+  --set model.n_layer=2 --set model.seq_len=32 > /dev/null 2> "$WORK/shape.err"; rc=$?
+set -e
+[ "$rc" = 2 ] || fail "another model shape: exit status $rc, expected 2"
+grep -q "model.n_layer is 2 in the recipe, 4 in the checkpoint; model.seq_len is 32 in the recipe, 64 in the checkpoint" \
+  "$WORK/shape.err" || fail "another model shape: message: $(cat "$WORK/shape.err")"
 echo PASS
