@@ -219,7 +219,7 @@ TrainSummary Trainer::run() {
   nlohmann::json memory_start = reports_->report_memory(*model_, *optim_, r_.grad_accum_max(), "at start");
   record_in_run_json("memory_start", std::move(memory_start));
   TrainSummary summary;
-  summary.start_step = summary.steps = resumed_.steps_done;
+  summary.start_step = summary.steps = steps_done_ = resumed_.steps_done;
   RunGuard guard(r_.train, r_.model.vocab_size, resumed_.health.first_bad_step, resumed_.path, rank_, started_);
   double timed_s = 0, last_wait = 0;
   double max_save_s = 0;  // the longest save so far: the room train.max_minutes leaves for the last one
@@ -298,7 +298,7 @@ TrainSummary Trainer::run() {
       rec.val_loss = summary.final_val_loss = evaluate(*model_, groups_, val_batches_, layout_.micro_steps);
     }
     if (!res.skipped) summary.final_loss = res.loss;
-    summary.steps = done;
+    summary.steps = steps_done_ = done;
     if (step % r_.log.every == 0 || last || rec.val_loss >= 0 || res.skipped) {  // the same on every rank
       const RankHealth health = reports_->gather_health(dt);
       rec.data_wait_s = train_data_->wait_seconds() - last_wait;

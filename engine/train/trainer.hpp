@@ -117,6 +117,7 @@ class Trainer {
   std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Checkpointer> checkpointer_;
   ResumePoint resumed_;        // the checkpoint this session started from (path "" if fresh)
+  int64_t steps_done_ = -1;    // the last step run() completed (run.json's end_step on a failure)
   DataNow data_now_;           // what the data stream is drawn with, recorded in checkpoints
   std::string log_error_;      // rank 0: writing the run directory failed (the run saves and stops)
   LrSchedule schedule_;

@@ -63,7 +63,7 @@ void Trainer::record_in_run_json(const std::string& key, nlohmann::json value) {
 }
 
 void Trainer::note_failure(const std::string& error) {
-  if (run_record_) run_record_->finish(-1, 1, error);
+  if (run_record_) run_record_->finish(steps_done_, 1, error);  // -1: failed before the loop
 }
 
 }  // namespace loom

@@ -80,6 +80,7 @@ python3 -c "
 import json, sys
 s = json.load(open('$WORK/nan3/run.json'))['sessions'][-1]
 assert s['exit_status'] == 1 and 'non-finite' in s['error'], s
+assert s['end_step'] == 4, s  # the step it stopped at (was -1 for every failed session)
 "
 # Plots: two runs into one PNG.
 /usr/bin/python3 "$SRC/scripts/plot_metrics.py" "$WORK/run" "$WORK/nan" -o "$WORK/runs.png"
