@@ -1,4 +1,5 @@
 #include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/checkpoint/checkpoint_layout.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -38,6 +39,15 @@ std::string checkpoint_name(int64_t step) {
   char b[32];
   std::snprintf(b, sizeof b, "step_%08lld", (long long)step);
   return b;
+}
+
+std::string foreign_file_in_partial(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string fn = f.path().filename().string();
+    if (fn != kCheckpointFile && fn != "manifest.json" && fn != "manifest.json.tmp") return fn;
+  }
+  return "";
 }
 
 CheckpointCatalog scan_checkpoints(const std::string& dir) {

@@ -45,6 +45,10 @@ struct CheckpointCatalog {
 // Only the canonical spelling counts: step_00000010, not step_000000010.
 bool parse_checkpoint_name(const std::string& name, int64_t* step);
 std::string checkpoint_name(int64_t step);
+// The first entry of a `step_N.partial` directory that a save does not write (model.h5,
+// manifest.json and its temporary), "" if none: only a directory holding nothing else is an
+// interrupted save of Loom's, to be removed; anything else in it is a user's.
+std::string foreign_file_in_partial(const std::string& dir);
 
 // Reads `dir` (a checkpoint.dir). Missing directory: an empty catalog.
 CheckpointCatalog scan_checkpoints(const std::string& dir);

@@ -1,6 +1,7 @@
 // Writing one checkpoint: every rank's slices into one HDF5 file at once, their checksums, then
 // on rank 0 the manifest, the rename into place, `latest` and retention (docs/checkpoints.md).
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -93,7 +94,16 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
   if (rank == 0) {
     try {
       fs::create_directories(root);
-      fs::remove_all(partial);  // leftovers of a save that died
+      // Leftovers of a save that died go; a user's directory of that name is set aside instead.
+      if (fs::exists(partial)) {
+        if (const std::string foreign = foreign_file_in_partial(partial.string()); !foreign.empty()) {
+          const fs::path aside = partial.string() + ".kept-" + std::to_string(::getpid());
+          fs::rename(partial, aside);
+          std::fprintf(stderr, "loom: warning: %s holds %s, which a save does not write: moved to %s\n",
+                       partial.c_str(), foreign.c_str(), aside.c_str());
+        }
+      }
+      fs::remove_all(partial);
       // A full disk is reported before anything is written (the file is the datasets plus a
       // little HDF5 metadata); a disk that fills during the write is reported by the write.
       uint64_t need = 0;

@@ -89,8 +89,21 @@ Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& group
         const std::string name = e.path().filename().string();
         if (e.is_directory() && name.ends_with(".partial") &&
             parse_checkpoint_name(name.substr(0, name.size() - 8), nullptr)) {
-          std::printf("loom: removing %s: an interrupted save\n", e.path().c_str());
-          fs::remove_all(e.path());
+          // Only if it holds nothing but what a save writes: a user's file in it is not ours.
+          const std::string foreign = foreign_file_in_partial(e.path().string());
+          if (foreign.empty()) {
+            std::printf("loom: removing %s: an interrupted save\n", e.path().c_str());
+            fs::remove_all(e.path());
+          } else {
+            std::fprintf(stderr, "loom: warning: %s looks like an interrupted save but holds %s, which a save "
+                         "does not write: left as it is\n", e.path().c_str(), foreign.c_str());
+          }
+        } else if (name == "latest" && !e.is_regular_file()) {
+          // Every save replaces `latest` with a file: a directory (or anything else) there would
+          // fail the first save after a whole interval of training.
+          throw std::runtime_error("checkpoint.dir=" + dir.string() + ": " + e.path().string() +
+                                   " is not a regular file; Loom writes the name of the newest checkpoint there "
+                                   "after every save. Move it away, or choose another checkpoint.dir");
         } else if (e.is_regular_file() && (name.starts_with(".loom_shared_probe.") || name.starts_with(".loom_write_probe."))) {
           std::error_code ignored;  // the start-up probes (below) of a job that died during them
           fs::remove(e.path(), ignored);

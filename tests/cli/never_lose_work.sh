@@ -94,6 +94,7 @@ has stray "step_99999999: its manifest records step 6"
 [ -d "$ck2/step_00000010" ] && [ -d "$ck2/step_00000008" ] || fail "[2] the real checkpoints were pruned: $(ls "$ck2")"
 rm "$ck2/step_00000010/manifest.json"
 mkdir -p "$ck2/step_00000012.partial" && echo x > "$ck2/step_00000012.partial/model.h5"  # an interrupted save
+mkdir -p "$ck2/step_00000014.partial" && echo mine > "$ck2/step_00000014.partial/notes.txt"  # not a save's file
 r nomanifest --set train.steps=11 --set checkpoint.dir="$ck2" --set log.dir="$WORK/l8"
 expect_rc nomanifest 0
 has nomanifest "step_00000010: no manifest.json (an incomplete or damaged checkpoint): not used, not deleted"
@@ -101,6 +102,21 @@ has nomanifest "resumed from .*step_00000008"
 [ -d "$ck2/step_00000010" ] || fail "[12] the manifest-less checkpoint was deleted"
 has nomanifest "removing .*step_00000012.partial: an interrupted save"
 [ ! -e "$ck2/step_00000012.partial" ] || fail "[12] the interrupted save's leftovers were kept"
+has nomanifest "step_00000014.partial looks like an interrupted save but holds notes.txt, which a save does not write: left"
+[ "$(cat "$ck2/step_00000014.partial/notes.txt")" = mine ] || fail "[12] a user's file in a .partial was deleted"
+# ... and a save of that very step sets it aside rather than clearing it.
+r partial14 --set train.steps=14 --set checkpoint.every=14 --set checkpoint.dir="$ck2" --set log.dir="$WORK/l8p"
+expect_rc partial14 0
+has partial14 "step_00000014.partial holds notes.txt, which a save does not write: moved to .*step_00000014.partial.kept-"
+[ "$(cat "$ck2"/step_00000014.partial.kept-*/notes.txt)" = mine ] || fail "[12] the save of step 14 lost the user's file"
+[ -f "$ck2/step_00000014/manifest.json" ] || fail "[12] step 14 was not saved"
+rm -rf "$ck2"/step_00000014*
+# A directory named `latest` (every save writes that file): refused before training, not at the first save.
+mkdir "$WORK/cklatest" && mkdir "$WORK/cklatest/latest"
+r latestdir --set train.steps=4 --set checkpoint.every=2 --set checkpoint.dir="$WORK/cklatest" --set log.dir="$WORK/l8l"
+expect_rc latestdir 2
+has latestdir "cklatest/latest is not a regular file; Loom writes the name of the newest checkpoint there"
+[ -d "$WORK/cklatest/latest" ] || fail "[12] the user's latest/ was touched"
 # A fresh run (checkpoint.resume=never) into a directory of checkpoints would prune them: refused.
 r fresh --set train.steps=2 --set checkpoint.resume=never --set checkpoint.dir="$ck2" --set log.dir="$WORK/l8b"
 expect_rc fresh 2
