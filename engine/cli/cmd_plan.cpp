@@ -2,6 +2,7 @@
 // communication and step time of the recipe's layout on that cluster, or (--search) every
 // layout ranked; before anything is submitted (docs/plan.md). No MPI.
 #include <cstdio>
+#include <stdexcept>
 
 #include "engine/cli/commands.hpp"
 #include "engine/config/recipe_io.hpp"
@@ -16,16 +17,24 @@ int cmd_plan(const PlanArgs& a) {
     c.nodes = a.nodes;
     c.per_node = a.per_node;
     c.device = device_spec(a.gpu);
-    resolve_world(r, c.world());
     if (a.search) {
+      // The search chooses tp, pp, dp and the micro-batch itself: the recipe's own layout need
+      // not fit this cluster (a recipe written for 8 GPUs searched on 3).
+      if (c.world() < 1) throw std::runtime_error("the cluster must have at least 1 rank");
+      r.world = c.world();
       const auto all = search(r, c);
+      const int global = r.train.global_batch > 0 ? r.train.global_batch : r.train.micro_batch * c.world();
       std::printf("plan --search: %zu layouts for %d node(s) x %d %s, global batch %d (best predicted tokens/s first; "
                   "those that do not fit last)\n",
-                  all.size(), c.nodes, c.per_node, c.device.name.c_str(), r.global_batch_resolved());
+                  all.size(), c.nodes, c.per_node, c.device.name.c_str(), global);
+      if (all.empty())
+        std::printf("no layout: train.global_batch=%d is not a multiple of any micro_batch x dp this cluster allows "
+                    "(tp dividing model.n_head and at most --gpus-per-node, pp dividing model.n_layer)\n", global);
       std::fputs(format_search(all, size_t(a.top)).c_str(), stdout);
       if (!all.empty()) std::fputs(("\nbest:\n" + format_prediction(r, c, all.front())).c_str(), stdout);
       return 0;
     }
+    resolve_world(r, c.world());
     const Prediction p = predict(r, c);
     std::fputs(format_prediction(r, c, p).c_str(), stdout);
     return p.fits ? 0 : 3;

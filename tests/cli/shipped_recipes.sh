@@ -8,4 +8,16 @@ for r in "$SRC"/configs/*.yaml; do
   diff <(tail -n +2 "$WORK/resolved.yaml") <(tail -n +2 "$WORK/again.yaml") || fail "$r does not round-trip"
   echo "ok $r (world ${world:-1})"
 done
+# `loom plan --search` chooses the layout itself: a recipe written for 8 GPUs per node searched on
+# a node of 3 (tp and dp of the recipe do not divide 3) still finds layouts, best first.
+for r in gpt2-124m gpt2-1558m; do
+  "$LOOM" plan "$SRC/configs/$r.yaml" --nodes 1 --gpus-per-node 3 --gpu h100-80g --search > "$WORK/search.txt" ||
+    fail "plan --search $r on 3 GPUs: exit $?: $(head -3 "$WORK/search.txt")"
+  grep -q "^plan --search: [1-9][0-9]* layouts for 1 node(s) x 3 h100-80g" "$WORK/search.txt" || fail "$(head -2 "$WORK/search.txt")"
+  sed -n 3p "$WORK/search.txt" | grep -q " yes$" || fail "plan --search $r: the best layout does not fit: $(sed -n 2,3p "$WORK/search.txt")"
+  echo "ok plan --search $r on 3 GPUs: $(sed -n 3p "$WORK/search.txt" | tr -s ' ')"
+done
+"$LOOM" plan "$SRC/configs/tiny.yaml" --set train.global_batch=7 --set train.micro_batch=1 --gpus-per-node 3 --gpu cpu \
+  --search > "$WORK/none.txt" || fail "plan --search with no layout: exit $?"
+grep -q "^no layout: train.global_batch=7" "$WORK/none.txt" || fail "no layout: $(cat "$WORK/none.txt")"
 echo PASS
