@@ -60,6 +60,7 @@ struct ResumePoint {
   std::string last_clean;   // the newest clean checkpoint in checkpoint.dir ("" if none), rank 0
   LossScaleState loss_scale;  // fp16's loss scale when saved (scale 0: none recorded)
   NoiseScale::State noise;    // the gradient noise scale's moving averages (n 0: none recorded)
+  std::string recipe_yaml;    // the recipe the checkpoint recorded ("" if none)
   struct Layout {
     int tp = 0, pp = 0, dp = 0, zero = 0;  // the process grid it was saved under (0: unknown)
   } layout;

@@ -1,6 +1,10 @@
 #include "engine/train/resume_data.hpp"
 
+#include <yaml-cpp/yaml.h>
+
+#include <cstdio>
 #include <stdexcept>
+#include <utility>
 
 namespace loom {
 
@@ -20,8 +24,8 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
   if (saved.seed_recorded && saved.seed != now.seed)
     reorder.push_back("train.seed changed from " + std::to_string(saved.seed) + " to " + std::to_string(now.seed));
   if (saved.samples_per_epoch >= 0 && saved.samples_per_epoch != now.samples_per_epoch)
-    reorder.push_back("the training data holds " + std::to_string(now.samples_per_epoch) +
-                      " samples per epoch, the checkpoint's had " + std::to_string(saved.samples_per_epoch));
+    reorder.push_back("the training data changed from " + std::to_string(saved.samples_per_epoch) + " to " +
+                      std::to_string(now.samples_per_epoch) + " samples per epoch");
   if (!reorder.empty()) {
     std::string what;
     for (const auto& r : reorder) what += (what.empty() ? "" : "; ") + r;
@@ -42,6 +46,46 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
                      (now.schedule_in_samples ? std::string("the learning-rate schedule follows the sequences trained")
                                               : std::string("the learning-rate schedule still counts steps")));
   return at;
+}
+
+std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, const Recipe& now, int64_t from_step) {
+  std::vector<std::string> out;
+  if (saved_recipe_yaml.empty()) return out;  // a checkpoint of an older Loom: nothing to compare
+  YAML::Node saved;
+  try {
+    saved = YAML::Load(saved_recipe_yaml);
+  } catch (const std::exception&) {
+    return out;
+  }
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  const std::pair<const char*, double> keys[] = {
+      {"optim.lr", now.optim.lr},           {"optim.min_lr", now.optim.min_lr},
+      {"optim.warmup_steps", double(now.optim.warmup_steps)},
+      {"train.steps", double(now.train.steps)}, {"optim.weight_decay", now.optim.weight_decay},
+      {"optim.beta1", now.optim.beta1},     {"optim.beta2", now.optim.beta2},
+      {"optim.grad_clip", now.optim.grad_clip}};
+  for (const auto& [key, value] : keys) {
+    const std::string k = key, section = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
+    double was = 0;
+    try {
+      const YAML::Node n = saved[section][name];
+      if (!n || !n.IsScalar()) continue;
+      was = n.as<double>();
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (was != value)
+      out.push_back(k + " is " + num(value) + ", the checkpoint's run had " + num(was) + ": the new value applies from "
+                    "step " + std::to_string(from_step + 1) +
+                    (k == "optim.lr" || k == "optim.min_lr" || k == "optim.warmup_steps" || k == "train.steps"
+                         ? " (the learning rate jumps to the new schedule's value there)"
+                         : ""));
+  }
+  return out;
 }
 
 }  // namespace loom

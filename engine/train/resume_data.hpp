@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpointer.hpp"
+#include "engine/config/recipe.hpp"
 
 namespace loom {
 
@@ -25,5 +26,11 @@ struct DataNow {
 // Throws std::runtime_error naming the keys when a change needs consent that was not given.
 LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& now, bool allow_changes,
                                  std::vector<std::string>* notes);
+
+// The optimizer and schedule keys (lr, min_lr, warmup_steps, train.steps, weight decay, betas,
+// clipping) that differ between the recipe recorded in the checkpoint (`saved_recipe_yaml`, ""
+// for a checkpoint that recorded none) and `now`: one line each, for rank 0 to print. Changing
+// them on resume is allowed (a longer run, a lower learning rate) but never silent.
+std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, const Recipe& now, int64_t from_step);
 
 }  // namespace loom

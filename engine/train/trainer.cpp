@@ -118,6 +118,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   if (!resumed_.path.empty()) {
     std::vector<std::string> notes;
     start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &notes);
+    for (std::string& n : schedule_changes(resumed_.recipe_yaml, r_, resumed_.steps_done)) notes.push_back(std::move(n));
     if (rank_ == 0)
       for (const std::string& n : notes) std::printf("loom: resuming: %s\n", n.c_str());
   }

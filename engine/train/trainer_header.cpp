@@ -47,6 +47,12 @@ void Trainer::print_header() const {
                 dtype_name(compute_), dtype_name(compute_), scale, r_.parallel.grad_reduce_dtype.c_str());
   }
   if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
+  // A schedule whose warmup outlasts the run never reaches optim.lr and never decays (Megatron
+  // refuses it; a short test run of a longer recipe is a fair reason to do it, so a note).
+  if (!batch_.adaptive() && r_.optim.warmup_steps >= r_.train.steps)
+    std::printf("loom: note: optim.warmup_steps=%lld is not below train.steps=%lld: the learning rate is still "
+                "warming up towards optim.lr=%g when the run ends, and never decays\n",
+                (long long)r_.optim.warmup_steps, (long long)r_.train.steps, r_.optim.lr);
   // mpirun gives the ranks only odls_base_sigkill_timeout (Open MPI's default) after it receives
   // SIGTERM or Ctrl-C: too little to finish a step and save. Said once, with what works.
   if (const double grace = parallel::mpirun_kill_grace_s(); !r_.checkpoint.dir.empty() && grace >= 0 && grace < 60)

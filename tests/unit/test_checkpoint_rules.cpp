@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/config/recipe_io.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/train/resume_data.hpp"
 
@@ -247,4 +248,20 @@ TEST_CASE("the loader started at a sample position yields the same stream as one
   DataLoader along(d, small, 1, LoaderState{6, -1});  // stream positions 24.. (small: 4 per step)
   const StepBatch at24 = along.next();
   for (int i = 0; i < 4 * 4; ++i) CHECK(mine.tokens[size_t(i)] == at24.tokens[size_t(i)]);
+}
+
+TEST_CASE("a resume names every optimizer and schedule key changed since the checkpoint") {
+  Recipe now;
+  const std::string saved = recipe_to_yaml(now);
+  CHECK(schedule_changes(saved, now, 20).empty());
+  CHECK(schedule_changes("", now, 20).empty());  // an older checkpoint recorded no recipe
+  now.optim.lr = now.optim.lr / 3;
+  now.train.steps = now.train.steps + 100;
+  now.optim.grad_clip = 0;
+  const std::vector<std::string> c = schedule_changes(saved, now, 20);
+  REQUIRE(c.size() == 3);
+  CHECK_THAT(c[0], Catch::StartsWith("optim.lr is ") && Catch::Contains(", the checkpoint's run had ") &&
+                       Catch::Contains("applies from step 21 (the learning rate jumps"));
+  CHECK_THAT(c[1], Catch::StartsWith("train.steps is "));
+  CHECK_THAT(c[2], Catch::StartsWith("optim.grad_clip is 0, the checkpoint's run had 1: the new value applies from step 21"));
 }
