@@ -122,6 +122,9 @@ TokenShard open_loom_shard(const std::string& path) {
 TokenShard open_llmc_shard(const std::string& path) {
   auto f = std::make_shared<MappedFile>(path);
   constexpr size_t header = 256 * sizeof(int32_t);
+  if (f->size() >= 4 && read_at<int32_t>(*f, 0) == kLlmcMagic && f->size() < header)
+    bad(path, "truncated llm.c shard: " + std::to_string(f->size()) + " bytes, the header alone needs " +
+                  std::to_string(header));
   if (f->size() < header || read_at<int32_t>(*f, 0) != kLlmcMagic)
     bad(path, "not an llm.c token shard: first int32 is " +
                   (f->size() >= 4 ? std::to_string(read_at<int32_t>(*f, 0)) +

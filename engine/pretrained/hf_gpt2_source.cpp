@@ -25,6 +25,7 @@ class HfGpt2Source final : public PretrainedSource {
     return "tensor '" + prefix_ + hf.name + "' (Loom's " + loom_name + ")" +
            (hf.transposed ? ", a Conv1D weight stored [in, out] and read transposed," : "");
   }
+  bool stored_transposed(const std::string& loom_name) const override { return hf_gpt2_name(loom_name).transposed; }
 
  protected:
   std::vector<float> read(const std::string& loom_name, std::vector<int64_t>& shape) const override {

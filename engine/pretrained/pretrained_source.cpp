@@ -22,6 +22,10 @@ std::vector<float> PretrainedSource::tensor(const GlobalTensor& want) const {
     data.resize(size_t(want.shape[0] * want.shape[1]));
     return data;
   }
+  if (stored_transposed(want.name) && shape.size() == 2 && want.shape.size() == 2)
+    throw std::runtime_error(path_ + ": " + format() + " " + describe(want.name) + " is stored as " +
+                             shape_str({shape[1], shape[0]}) + ", the model needs it stored as " +
+                             shape_str({want.shape[1], want.shape[0]}));
   throw std::runtime_error(path_ + ": " + format() + " " + describe(want.name) + " has shape " +
                            shape_str(shape) + ", the model needs " + shape_str(want.shape));
 }

@@ -39,6 +39,9 @@ class PretrainedSource {
   virtual std::vector<float> read(const std::string& loom_name, std::vector<int64_t>& shape) const = 0;
   // How messages name the file's tensor for Loom's `loom_name` (its own name, its orientation).
   virtual std::string describe(const std::string& loom_name) const { return "tensor for Loom's " + loom_name; }
+  // True where the file stores the tensor transposed against Loom's layout (an HF Conv1D
+  // weight, [in, out]): a shape error then gives both shapes as the file stores them.
+  virtual bool stored_transposed(const std::string& /*loom_name*/) const { return false; }
 
  private:
   std::string path_;

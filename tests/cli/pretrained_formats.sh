@@ -83,7 +83,7 @@ expect_error() {  # expect_error KIND PATTERN
   echo "  --break $1: $(cut -c1-160 "$WORK/err")"
 }
 expect_error missing "no tensor 'transformer.h.0.mlp.c_fc.bias'"
-expect_error shape "tensor .transformer.h.0.attn.c_proj.weight. (Loom.s h.0.attn.proj.weight), a Conv1D weight stored \[in, out\] and read transposed, has shape \[65, 64\], the model needs \[64, 64\]"
+expect_error shape "tensor .transformer.h.0.attn.c_proj.weight. (Loom.s h.0.attn.proj.weight), a Conv1D weight stored \[in, out\] and read transposed, is stored as \[64, 65\], the model needs it stored as \[64, 64\]"
 expect_error truncate "model.safetensors"
 expect_error offsets "model.safetensors"
 expect_error activation "activation_function"

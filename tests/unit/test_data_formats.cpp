@@ -238,6 +238,12 @@ TEST_CASE("bad data is reported before training, naming the file and what was ex
     CHECK_THAT(error_of([&] { validate_dataset(d, 257, 16, "data.train"); }),
                Contains("v.bin contains token id 300, not below model.vocab_size=257"));
   }
+  SECTION("llm.c header cut short") {
+    write_llmc(dir / "h.bin", std::vector<uint16_t>(100, 1));
+    fs::resize_file(dir / "h.bin", 600);
+    CHECK_THAT(error_of([&] { open_dataset((dir / "h.bin").string(), "auto", "data.train", "train"); }),
+               Contains("truncated llm.c shard: 600 bytes, the header alone needs 1024"));
+  }
   SECTION("empty shard") {
     write_llmc(dir / "e.bin", {});
     TokenDataset d = open_dataset((dir / "e.bin").string(), "auto", "data.train", "train");
