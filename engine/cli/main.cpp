@@ -54,7 +54,14 @@ int main(int argc, char** argv) {
           ->capture_default_str(),
       prep->add_option("--doc-separator", prep_opts.doc_separator,
                        "a line equal to this separates documents (default: each file is one document)"),
-      prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")->capture_default_str(),
+      prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")
+          ->capture_default_str()
+          ->check([](const std::string& v) {
+            const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+            return digits && v.find_first_not_of('0') != std::string::npos
+                       ? std::string()
+                       : "expected a positive whole number of tokens, not '" + v + "'";
+          }),
       prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str()};
   prep->callback([prep_check, prep_only] {
     if (!prep_check->count()) return;

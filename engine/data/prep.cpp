@@ -145,7 +145,7 @@ std::string crc_hex(uint32_t c) {
 PrepSummary run_prep(const PrepOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   if (o.inputs.empty()) throw std::runtime_error("loom prep: no input files");
-  if (o.val_fraction < 0 || o.val_fraction >= 1)
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1))  // NaN too
     throw std::runtime_error("--val-fraction " + std::to_string(o.val_fraction) + ": expected a value in [0, 1)");
   if (o.shard_tokens < 1) throw std::runtime_error("--shard-tokens: expected a positive number");
   for (const auto& in : o.inputs) require_regular_input(in, "text");
@@ -160,6 +160,9 @@ PrepSummary run_prep(const PrepOptions& o) {
   } else {
     throw std::runtime_error("--tokenizer " + o.tokenizer + ": expected byte or gpt2");
   }
+  if (o.tokenizer != "gpt2" && (!o.vocab.empty() || !o.merges.empty()))
+    throw std::runtime_error("--vocab and --merges are GPT-2 BPE's files, but the tokenizer is " + o.tokenizer +
+                             ": add --tokenizer gpt2 (or leave them out)");
 
   // The output: written beside --out and moved in only when complete (prep_output.hpp).
   std::vector<std::string> own_files = o.inputs;
@@ -201,7 +204,13 @@ PrepSummary run_prep(const PrepOptions& o) {
   const auto& val_shards = val.finish();
   sum.train_tokens = train.tokens();
   sum.val_tokens = val.tokens();
-  if (sum.train_tokens == 0) throw std::runtime_error("loom prep: the inputs hold no text for the train split");
+  if (sum.train_tokens == 0) {
+    if (sum.documents > 0 && sum.val_documents == sum.documents)
+      throw std::runtime_error("all " + std::to_string(sum.documents) + " document(s) went to the val split " +
+                               "(--val-fraction " + std::to_string(o.val_fraction) + "), none to train: give more " +
+                               "documents (--doc-separator LINE splits a file into several) or a lower --val-fraction");
+    throw std::runtime_error("the inputs hold no text for the train split");
+  }
 
   nlohmann::json m = {{"format", "loom-tokens"},
                       {"version", 1},

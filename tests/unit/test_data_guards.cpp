@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -308,4 +309,20 @@ TEST_CASE("impossible headers: a short shard, a printable magic, counts that ove
                Contains("w.idx: the index's counts (4611686018427387904 sequences, 0 document entries) are "
                         "impossible for a file of 34 bytes"));
   }
+}
+
+TEST_CASE("bad prep options are refused with what was meant") {
+  auto dir = fresh_dir("prep_options");
+  PrepOptions o = small_prep(dir, "out", 'o');
+  o.val_fraction = std::nan("");
+  CHECK_THAT(error_of([&] { run_prep(o); }), Contains("--val-fraction nan: expected a value in [0, 1)"));
+  o = small_prep(dir, "out", 'o');
+  o.vocab = "vocab.json";
+  CHECK_THAT(error_of([&] { run_prep(o); }), Contains("but the tokenizer is byte: add --tokenizer gpt2"));
+  o = small_prep(dir, "out", 'o');
+  o.doc_separator = "";  // the whole file is one document, and it goes to val
+  o.val_fraction = 0.999999;
+  CHECK_THAT(error_of([&] { run_prep(o); }),
+             Contains("all 1 document(s) went to the val split") && Contains("--doc-separator LINE"));
+  CHECK_FALSE(fs::exists(dir / "out"));
 }
