@@ -105,17 +105,17 @@ DeviceSpec device_spec(const std::string& name) {
     d.fp32_flops = 19.5e12;
     d.bf16_flops = 312e12;
     d.intra_gbs = 230;
-    d.intra_alpha_us = 10;
+    d.intra_alpha_us = 3.4;  // per ring step: NCCL's own model (tuning.cc, Ring/Simple over NVLink)
     d.inter_gbs = 22;
-    d.inter_alpha_us = 20;
+    d.inter_alpha_us = 14;   // NCCL's Ring/Simple over the network
   } else if (name == "h100-80g") {
     d.memory_gb = 80;
     d.fp32_flops = 67e12;
     d.bf16_flops = 989e12;
     d.intra_gbs = 360;
-    d.intra_alpha_us = 8;
+    d.intra_alpha_us = 3.4;
     d.inter_gbs = 45;
-    d.inter_alpha_us = 15;
+    d.inter_alpha_us = 14;
   } else {
     std::string known;
     for (const auto& n : device_names()) known += (known.empty() ? "" : ", ") + n;
