@@ -99,17 +99,30 @@ CheckpointCatalog scan_checkpoints(const std::string& dir) {
   std::sort(c.ignored.begin(), c.ignored.end());
   std::ifstream latest(fs::path(dir) / "latest");
   std::string name;
-  if (latest >> name)
+  if (latest >> name) {
     for (const CheckpointEntry& e : c.complete)
       if (fs::path(e.path).filename() == name) c.latest = e.path;
+    if (c.latest.empty())
+      c.ignored.push_back((fs::path(dir) / "latest").string() + " names '" + name.substr(0, 64) +
+                          "', not a complete checkpoint here: the newest step is tried first instead");
+  }
   return c;
 }
 
-std::vector<std::string> resume_order(const CheckpointCatalog& c) {
+std::vector<std::string> resume_order(const CheckpointCatalog& c, std::vector<std::string>* newer_than_latest) {
   std::vector<std::string> out;
+  int64_t latest_step = -1;
+  for (const CheckpointEntry& e : c.complete)
+    if (e.path == c.latest) latest_step = e.step;
   if (!c.latest.empty()) out.push_back(c.latest);
-  for (auto it = c.complete.rbegin(); it != c.complete.rend(); ++it)
-    if (it->path != c.latest) out.push_back(it->path);
+  for (auto it = c.complete.rbegin(); it != c.complete.rend(); ++it) {
+    if (it->path == c.latest) continue;
+    if (latest_step >= 0 && it->step > latest_step) {
+      if (newer_than_latest) newer_than_latest->push_back(it->path);
+      continue;
+    }
+    out.push_back(it->path);
+  }
   return out;
 }
 

@@ -54,9 +54,11 @@ std::string foreign_file_in_partial(const std::string& dir);
 CheckpointCatalog scan_checkpoints(const std::string& dir);
 
 // The candidates for checkpoint.resume=auto, the one to try first first: the one `latest` names
-// (what the last session saved: after an explicit resume from an older checkpoint, newer-numbered
-// ones of the abandoned history must not win), then the others, newest step first.
-std::vector<std::string> resume_order(const CheckpointCatalog& c);
+// (what the last session saved), then the older ones, newest step first. Checkpoints numbered
+// above `latest`'s are an abandoned history (a session resumed from an older checkpoint and saved
+// since): never candidates, even when `latest`'s own checkpoint is damaged (`newer_than_latest`
+// gets them, for the message). Without a usable `latest`, every checkpoint, newest first.
+std::vector<std::string> resume_order(const CheckpointCatalog& c, std::vector<std::string>* newer_than_latest = nullptr);
 
 struct PinnedCheckpoint {
   std::string path;

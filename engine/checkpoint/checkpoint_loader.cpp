@@ -33,7 +33,13 @@ std::vector<std::string> Checkpointer::candidates_on_rank0() const {
   if (cfg_.dir.empty()) return {};
   const CheckpointCatalog c = scan_checkpoints(cfg_.dir);
   for (const std::string& line : c.ignored) std::fprintf(stderr, "loom: warning: %s\n", line.c_str());
-  return resume_order(c);
+  std::vector<std::string> newer;
+  std::vector<std::string> order = resume_order(c, &newer);
+  for (const std::string& p : newer)
+    std::fprintf(stderr, "loom: note: %s is numbered above %s, which `latest` names: a history this run went back "
+                 "from, never resumed from automatically (checkpoint.resume=%s to use it)\n",
+                 p.c_str(), c.latest.c_str(), p.c_str());
+  return order;
 }
 
 ResumePoint Checkpointer::resume() {

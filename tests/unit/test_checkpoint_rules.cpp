@@ -91,19 +91,25 @@ TEST_CASE("a step number with more digits than eight sorts by value, not as a st
   CHECK(c.complete.back().step == 100000000);
 }
 
-TEST_CASE("resume tries the checkpoint `latest` names first, then the newest step") {
+TEST_CASE("resume tries the checkpoint `latest` names first, then older ones, never an abandoned newer history") {
   TempDir t;
   for (int s : {10, 15, 20, 25}) make_ckpt(t.path, checkpoint_name(s), s);
   {
     // An explicit resume from step 10 saved step 15 again and wrote `latest`: the abandoned
     // history's 20 and 25 must not win over what the last session saved.
+    // Nor may they be the fallback when step 15 turns out damaged: step 10 is.
     std::ofstream(t.path / "latest") << "step_00000015\n";
-    const auto order = names(resume_order(scan_checkpoints(t.path.string())));
-    CHECK(order == std::vector<std::string>{"step_00000015", "step_00000025", "step_00000020", "step_00000010"});
+    std::vector<std::string> newer;
+    const auto order = names(resume_order(scan_checkpoints(t.path.string()), &newer));
+    CHECK(order == std::vector<std::string>{"step_00000015", "step_00000010"});
+    CHECK(names(newer) == std::vector<std::string>{"step_00000025", "step_00000020"});
   }
   std::ofstream(t.path / "latest") << "step_00000077\n";  // names nothing complete: newest first
-  const auto order = names(resume_order(scan_checkpoints(t.path.string())));
-  CHECK(order.front() == "step_00000025");
+  const CheckpointCatalog c = scan_checkpoints(t.path.string());
+  const auto order = names(resume_order(c));
+  CHECK(order == std::vector<std::string>{"step_00000025", "step_00000020", "step_00000015", "step_00000010"});
+  REQUIRE(!c.ignored.empty());
+  CHECK_THAT(c.ignored.back(), Catch::Contains("latest names 'step_00000077', not a complete checkpoint here"));
 }
 
 TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint before a divergence") {
