@@ -211,10 +211,16 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
         // one): set aside, never deleted, and said so. Renamed before the new one takes its name,
         // so a crash in between loses neither.
         const fs::path aside = root / (step_name(steps_done) + ".replaced-" + utc_stamp());
+        const bool checkpoint = fs::is_directory(final_dir) && fs::exists(final_dir / "manifest.json");
         fs::rename(final_dir, aside);
-        std::printf("loom: step %lld was saved before by an earlier history of this run; that checkpoint is kept as "
-                    "%s\n",
-                    (long long)steps_done, aside.string().c_str());
+        if (checkpoint)
+          std::printf("loom: step %lld was saved before by an earlier history of this run; that checkpoint is kept "
+                      "as %s\n",
+                      (long long)steps_done, aside.string().c_str());
+        else  // a user's file or folder of that name, or a damaged checkpoint without its manifest
+          std::printf("loom: %s was in the way of this save and is not a complete checkpoint (no manifest.json); it "
+                      "is kept as %s\n",
+                      final_dir.string().c_str(), aside.string().c_str());
       }
       fs::rename(partial, final_dir);
       fsync_path(root.string());

@@ -117,6 +117,12 @@ r latestdir --set train.steps=4 --set checkpoint.every=2 --set checkpoint.dir="$
 expect_rc latestdir 2
 has latestdir "cklatest/latest is not a regular file; Loom writes the name of the newest checkpoint there"
 [ -d "$WORK/cklatest/latest" ] || fail "[12] the user's latest/ was touched"
+# A user's folder named as the step a save writes: set aside and said so, not as an earlier history.
+mkdir -p "$WORK/ckuser/step_00000004" && echo mine > "$WORK/ckuser/step_00000004/notes.txt"
+r userstep --set train.steps=4 --set checkpoint.every=4 --set checkpoint.dir="$WORK/ckuser" --set log.dir="$WORK/l8u"
+expect_rc userstep 0
+has userstep "step_00000004 was in the way of this save and is not a complete checkpoint (no manifest.json); it is kept"
+[ "$(cat "$WORK"/ckuser/step_00000004.replaced-*/notes.txt)" = mine ] || fail "[12] the user's step_00000004 was lost"
 # A fresh run (checkpoint.resume=never) into a directory of checkpoints would prune them: refused.
 r fresh --set train.steps=2 --set checkpoint.resume=never --set checkpoint.dir="$ck2" --set log.dir="$WORK/l8b"
 expect_rc fresh 2
