@@ -13,6 +13,8 @@ int cmd_ckpt_inspect(const std::string& dir, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);  // parallel HDF5 needs MPI, even on one rank
   try {
     std::string target = dir;
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec)) throw std::runtime_error(dir + ": no such file or directory");
     if (!std::filesystem::exists(std::filesystem::path(dir) / "manifest.json")) {
       auto all = list_checkpoints(dir);
       if (all.empty()) throw std::runtime_error(dir + ": neither a checkpoint nor a directory holding complete ones");
