@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "engine/cli/agreed_step.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/data/data_loader.hpp"
+#include "engine/data/sampler.hpp"
 #include "engine/data/token_dataset.hpp"
 #include "engine/model/gpt.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
@@ -31,6 +33,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   std::vector<StepBatch> batches;
   TokenDataset data;
   int T = 0, device = 0;
+  uint64_t samples = 0;  // in the split: more asked for than it holds come round again
   const int dp = world.size();
   // What each rank opens on its own, then the process groups (collective), then the rest: a rank
   // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).
@@ -46,6 +49,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
                                    std::to_string(dp) + " ranks");
         data = open_dataset(a.data, "auto", "--data", a.split);
         validate_dataset(data, m.vocab_size, T, "--data");
+        samples = SampleIndex(data.shards, T).size();
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {
@@ -76,11 +80,20 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   try {
     const double loss = evaluate(*model, *groups, batches, 1);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (lead)
-      std::printf("loom eval: %s on %s (%s split): loss %.6f nats/token, perplexity %.4f, over %d sequences of %d "
-                  "tokens (%.2f s)\n",
-                  src->path().c_str(), a.data.c_str(), a.split.c_str(), loss, std::exp(loss),
-                  a.batches * a.micro_batch, T, sec);
+    if (lead) {
+      // The split's name only where the data has splits (a `loom prep` directory); the sequences
+      // as asked, and how many distinct ones the data held when fewer.
+      const bool has_splits = data.format == "loom" && std::filesystem::is_directory(a.data);
+      const uint64_t asked = uint64_t(a.batches) * uint64_t(a.micro_batch);
+      char repeat[96] = "";
+      if (asked > samples)
+        std::snprintf(repeat, sizeof repeat, ", %llu distinct: the data holds no more, so they repeat",
+                      (unsigned long long)samples);
+      std::printf("loom eval: %s on %s%s%s%s: loss %.6f nats/token, perplexity %.4f, over %llu sequences of %d "
+                  "tokens%s (%.2f s)\n",
+                  src->path().c_str(), a.data.c_str(), has_splits ? " (" : "", has_splits ? a.split.c_str() : "",
+                  has_splits ? " split)" : "", loss, std::exp(loss), (unsigned long long)asked, T, repeat, sec);
+    }
     return 0;
   } catch (const std::exception& e) {
     world.abort(std::string("loom eval: ") + e.what(), 1);

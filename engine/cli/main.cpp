@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   eval->add_option("--split", eval_args.split, "which split")->check(CLI::IsMember({"val", "train"}))->capture_default_str();
   eval->add_option("--batches", eval_args.batches, "batches of --micro-batch sequences")->capture_default_str()->check(CLI::PositiveNumber);
   eval->add_option("--micro-batch", eval_args.micro_batch, "sequences per forward")->capture_default_str()->check(CLI::PositiveNumber);
-  eval->add_option("--seq-len", eval_args.seq_len, "tokens per sequence (default: the model's positions)");
+  eval->add_option("--seq-len", eval_args.seq_len, "tokens per sequence (default: the model's positions)")
+      ->check(CLI::PositiveNumber);
   eval->add_option("--backend", eval_args.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
 
   PlanArgs plan_args;
