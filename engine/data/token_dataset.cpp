@@ -76,6 +76,9 @@ void open_files(TokenDataset& d, const std::vector<std::string>& files, const st
     if (const std::string kind = special_file_kind(file); !kind.empty())
       bad(key, d.source, file + " is " + kind + ", not a regular file; Loom reads token data from regular files only");
     std::string f = format;
+    std::error_code size_ec;
+    if (fs::is_regular_file(file, size_ec) && fs::file_size(file, size_ec) == 0 && !size_ec)
+      bad(key, d.source, file + " is empty (0 bytes)");
     if (f == "auto") {
       f = detect(file);
       if (f.empty())

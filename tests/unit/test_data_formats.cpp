@@ -265,6 +265,11 @@ TEST_CASE("bad data is reported before training, naming the file and what was ex
     CHECK_THAT(error_of([&] { validate_dataset(d, 50257, 16, "data.train"); }),
                Contains("manifest.json declares vocab size 257 but model.vocab_size is 50257"));
   }
+  SECTION("an empty file") {
+    std::ofstream(dir / "zero.bin", std::ios::binary);
+    CHECK_THAT(error_of([&] { open_dataset((dir / "zero.bin").string(), "auto", "data.train", "train"); }),
+               Contains("zero.bin is empty (0 bytes)"));
+  }
   SECTION("unrecognised format, missing path, empty glob") {
     std::ofstream(dir / "junk.bin", std::ios::binary) << std::string("\x01\x02\x00\x04", 4) << std::string(100, '\0');
     CHECK_THAT(error_of([&] { open_dataset((dir / "junk.bin").string(), "auto", "data.train", "train"); }),
