@@ -102,18 +102,20 @@ CheckpointCatalog scan_checkpoints(const std::string& dir) {
   if (latest >> name) {
     for (const CheckpointEntry& e : c.complete)
       if (fs::path(e.path).filename() == name) c.latest = e.path;
+    int64_t step = -1;
+    if (parse_checkpoint_name(name, &step)) c.latest_step = step;  // even if that checkpoint is damaged
     if (c.latest.empty())
       c.ignored.push_back((fs::path(dir) / "latest").string() + " names '" + name.substr(0, 64) +
-                          "', not a complete checkpoint here: the newest step is tried first instead");
+                          "', not a complete checkpoint here: " +
+                          (c.latest_step >= 0 ? "the ones saved before it are tried, newest first"
+                                              : "every checkpoint is tried, newest first"));
   }
   return c;
 }
 
 std::vector<std::string> resume_order(const CheckpointCatalog& c, std::vector<std::string>* newer_than_latest) {
   std::vector<std::string> out;
-  int64_t latest_step = -1;
-  for (const CheckpointEntry& e : c.complete)
-    if (e.path == c.latest) latest_step = e.step;
+  const int64_t latest_step = c.latest_step;
   if (!c.latest.empty()) out.push_back(c.latest);
   for (auto it = c.complete.rbegin(); it != c.complete.rend(); ++it) {
     if (it->path == c.latest) continue;
@@ -134,7 +136,11 @@ std::string last_clean_before(const CheckpointCatalog& c, int64_t step) {
 
 Retention plan_retention(const CheckpointCatalog& c, int keep_last) {
   Retention r;
-  const size_t n = c.complete.size();
+  // The current history; an abandoned one numbered above `latest` is neither counted nor pruned.
+  std::vector<CheckpointEntry> current;
+  for (const CheckpointEntry& e : c.complete)
+    if (c.latest_step < 0 || e.step <= c.latest_step) current.push_back(e);
+  const size_t n = current.size();
   const size_t keep = size_t(std::max(keep_last, 1));
   const size_t keep_from = n > keep ? n - keep : 0;
   // For each checkpoint that is not clean, the last clean one of its history: saved before the
@@ -145,14 +151,14 @@ Retention plan_retention(const CheckpointCatalog& c, int keep_last) {
     const int64_t bad = e.first_bad_step >= 0 ? e.first_bad_step : e.step;
     const std::string p = last_clean_before(c, bad);
     if (!p.empty() && pins.insert(p).second) {
-      const bool beyond = std::find_if(c.complete.begin(), c.complete.begin() + long(keep_from),
+      const bool beyond = std::find_if(current.begin(), current.begin() + long(keep_from),
                                        [&](const CheckpointEntry& x) { return x.path == p; }) !=
-                          c.complete.begin() + long(keep_from);
+                          current.begin() + long(keep_from);
       if (beyond && p != c.latest) r.pinned.push_back({p, bad});
     }
   }
   for (size_t i = 0; i < keep_from; ++i) {
-    const std::string& p = c.complete[i].path;
+    const std::string& p = current[i].path;
     if (!pins.count(p) && p != c.latest) r.prune.push_back(p);
   }
   return r;

@@ -39,6 +39,8 @@ struct CheckpointCatalog {
   std::vector<CheckpointEntry> complete;  // oldest first
   std::vector<std::string> ignored;       // one line per entry that is not a usable checkpoint, and why
   std::string latest;                     // the checkpoint the `latest` file names, if complete; else ""
+  int64_t latest_step = -1;               // the step `latest` names, complete or not (-1: none readable).
+                                          // Checkpoints numbered above it are an abandoned history.
 };
 
 // True if `name` is a checkpoint name Loom writes; sets *step.
@@ -68,10 +70,12 @@ struct Retention {
   std::vector<std::string> prune;         // oldest first
   std::vector<PinnedCheckpoint> pinned;   // kept beyond keep_last (only those keep_last would delete)
 };
-// keep_last newest complete checkpoints are kept; so is the one `latest` names; so is, for every
-// checkpoint that is not clean, the newest clean one saved before its history's first bad step
-// (the last state before that run went non-finite or diverged), however many saves come after
-// it. Nothing else is deleted.
+// keep_last newest complete checkpoints of the current history (up to `latest`'s step) are kept;
+// so is the one `latest` names; so is, for every checkpoint that is not clean, the newest clean
+// one saved before its history's first bad step (the last state before that run went non-finite
+// or diverged), however many saves come after it. Checkpoints numbered above `latest`'s step (an
+// abandoned history, never resumed from automatically) are neither counted nor deleted. Nothing
+// else is deleted.
 Retention plan_retention(const CheckpointCatalog& c, int keep_last);
 
 // The newest clean checkpoint with a step below `step` (any step if step < 0); "" if none.

@@ -254,11 +254,23 @@ Setting setting_from_override(const std::string& ov) {
   if (std::find(known.begin(), known.end(), s.section) == known.end())
     fail(where, "unknown section '" + s.section + "'" + suggestion(s.section, known));
   try {
-    // A value starting with a YAML indicator YAML would take as a directive, an anchor, a tag or
-    // an alias of nothing ("%j" as a Slurm-style path, "&a", "!x") is the text itself: parsed,
-    // it would silently become empty (an empty checkpoint.dir turns checkpointing off).
-    if (!value.empty() && std::string("%&!*@`").find(value[0]) != std::string::npos) s.value = YAML::Node(value);
-    else s.value = value.empty() ? YAML::Node() : YAML::Load(value);
+    // What YAML would turn into something other than the text, where the text was meant: a value
+    // starting with an indicator of a directive, anchor, tag, alias, comment or block scalar
+    // ("%j" as a Slurm-style path, "&a", "!x", "#x", "|"), one with a comment inside ("a #b"),
+    // or anything YAML reads as empty that is not YAML's spelling of null. Parsed, each would
+    // silently lose text (an empty checkpoint.dir turns checkpointing off).
+    const bool quoted = !value.empty() && (value[0] == '"' || value[0] == '\'');
+    if (!value.empty() && (std::string("%&!*@`#|>").find(value[0]) != std::string::npos ||
+                           (!quoted && value.find(" #") != std::string::npos))) {
+      s.value = YAML::Node(value);
+    } else {
+      s.value = value.empty() ? YAML::Node() : YAML::Load(value);
+      const bool null_spelling = value == "~" || value == "null" || value == "Null" || value == "NULL";
+      const bool empty_spelling = value == "''" || value == "\"\"";
+      const bool read_empty = s.value.IsNull() || !s.value.IsDefined() ||
+                              (s.value.IsScalar() && s.value.Scalar().empty());
+      if (!value.empty() && !null_spelling && !empty_spelling && read_empty) s.value = YAML::Node(value);
+    }
   } catch (const YAML::ParserException& e) {
     fail(where, "cannot parse the value '" + value + "': " + e.msg);
   }

@@ -87,7 +87,7 @@ class DocumentSink {
       if (c == '\n' && !is_space(text_[i - 1])) return i + 1;
       if (c == '\n' && text_[i - 1] == '\r' && i >= 2 && !is_space(text_[i - 2])) return i;
     }
-    searched_ = n - 1;  // the last character's follower is not known yet
+    searched_ = n - 2;  // from n - 1 on, a position's follower is not known yet: look again
     return 0;
   }
   // Encodes and writes the document up to its last safe cut, keeping the rest for later.

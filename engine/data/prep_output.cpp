@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "engine/util/atomic_file.hpp"
@@ -45,15 +46,19 @@ std::string file_head(const fs::directory_entry& e, size_t n) {
 }
 
 // Files loom prep writes, recognised by their contents, not their names: a shard starts with
-// "LOOMTOKS" (token_shard.hpp), the manifest says "format": "loom-tokens" near its top (its keys
-// are written sorted, and the ones before "format" are short). An llm.c shard or weights file
-// is a .bin too, and --force must not take it for one of ours.
+// "LOOMTOKS" (token_shard.hpp), the manifest is JSON with "format": "loom-tokens". An llm.c shard
+// or weights file is a .bin too, and --force must not take it for one of ours.
 bool is_loom_shard(const fs::directory_entry& e) {
   return e.path().extension() == ".bin" && file_head(e, 8) == "LOOMTOKS";
 }
 bool is_loom_manifest(const fs::directory_entry& e) {
-  return e.path().filename() == "manifest.json" &&
-         file_head(e, 4096).find("\"format\": \"loom-tokens\"") != std::string::npos;
+  if (e.path().filename() != "manifest.json") return false;
+  try {
+    // Parsed whole (a manifest is small): its doc_separator, which sorts before "format", may be long.
+    return nlohmann::json::parse(file_head(e, size_t(64) << 20)).value("format", "") == "loom-tokens";
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 // What a non-empty output directory holds, for the refusal message; "" when it is empty.

@@ -139,10 +139,8 @@ TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint be
     std::ofstream(t.path / "latest") << "step_00000024\n";
     const CheckpointCatalog c = scan_checkpoints(t.path.string());
     const Retention r = plan_retention(c, 2);
-    CHECK(r.prune.empty());  // 30 and 40 newest, 24 latest, 20 pinned for 24
-    REQUIRE(r.pinned.size() == 1);
-    CHECK(fs::path(r.pinned[0].path).filename() == "step_00000020");
-    CHECK(r.pinned[0].before_step == 22);
+    CHECK(r.prune.empty());  // 30 and 40 an abandoned history, 20 and 24 the current one's two newest
+    CHECK(r.pinned.empty());  // 20, pinned for 24, is inside keep_last: not announced
     CHECK(fs::path(last_clean_before(c, 22)).filename() == "step_00000020");
     CHECK(fs::path(last_clean_before(c, -1)).filename() == "step_00000040");
   }
@@ -166,11 +164,28 @@ TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint be
     const Retention r = plan_retention(scan_checkpoints(t.path.string()), 1);
     CHECK(names(r.prune) == std::vector<std::string>{"step_00000010", "step_00000020"});
   }
-  SECTION("`latest` is never pruned even when older than keep_last's window") {
+  SECTION("`latest` is never pruned, nor the abandoned history numbered above it") {
     for (int s : {10, 20, 30}) make_ckpt(t.path, checkpoint_name(s), s, 1);
     std::ofstream(t.path / "latest") << "step_00000010\n";
     const Retention r = plan_retention(scan_checkpoints(t.path.string()), 1);
-    CHECK(names(r.prune) == std::vector<std::string>{"step_00000020"});
+    CHECK(r.prune.empty());
+  }
+  SECTION("keep_last counts the current history only: a new history's saves do not prune each other away") {
+    // History A saved 100, 200, 300; a resume from 100 saved 150 and 175 (`latest`).
+    for (int s : {100, 150, 175, 200, 300}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    std::ofstream(t.path / "latest") << "step_00000175\n";
+    const Retention r = plan_retention(scan_checkpoints(t.path.string()), 2);
+    CHECK(names(r.prune) == std::vector<std::string>{"step_00000100"});  // 150 and 175 kept, 200 and 300 untouched
+  }
+  SECTION("a damaged `latest` checkpoint still marks where the current history ends") {
+    for (int s : {100, 200, 300}) make_ckpt(t.path, checkpoint_name(s), s, 1);
+    fs::create_directories(t.path / "step_00000150");  // the new history's save, its manifest lost
+    std::ofstream(t.path / "latest") << "step_00000150\n";
+    const CheckpointCatalog c = scan_checkpoints(t.path.string());
+    CHECK(c.latest.empty());
+    CHECK(c.latest_step == 150);
+    CHECK(names(resume_order(c)) == std::vector<std::string>{"step_00000100"});
+    CHECK(plan_retention(c, 1).prune.empty());
   }
   SECTION("strays are never in the prune list") {
     for (int s : {10, 20, 30}) make_ckpt(t.path, checkpoint_name(s), s, 1);

@@ -66,7 +66,7 @@ TEST_CASE("a good recipe loads, defaults fill the rest, and overrides apply in o
 
 TEST_CASE("an override value starting with a YAML indicator is the text itself, never empty") {
   auto p = write_recipe("good_ind.yaml", kGood);
-  for (const std::string v : {"%j", "&a", "!tag", "*x", "@at", "`q"}) {
+  for (const std::string v : {"%j", "&a", "!tag", "*x", "@at", "`q", "#x", "|", ">", "a #b", "'"}) {
     INFO(v);
     Recipe r = load_recipe(p, {"checkpoint.dir=" + v});
     CHECK(r.checkpoint.dir == v);
