@@ -146,7 +146,7 @@ class Controller:
         for t in self.trials:
             if t["status"] != "running":
                 continue
-            if self.ex.adopt(t["id"], t["handle"]):
+            if self.ex.adopt(t["id"], t["handle"], self.run_dir(t)):
                 adopted += 1
                 continue
             got = self.history(t)
@@ -216,6 +216,12 @@ class Controller:
         t["status"], t["target"], t["stopping"] = "running", target, None
         t["segments"] += 1
         os.makedirs(self.trial_dir(t), exist_ok=True)
+        # Recorded as running before it starts: a controller killed between the launch and the
+        # save would otherwise leave a segment that state.json does not know of, and the restart
+        # would launch the trial again into the directory that segment holds (it exits 2). The
+        # restart finds such a segment by its run directory's lock (adopt).
+        t["handle"] = None
+        self.save()
         t["handle"] = self.ex.launch(t["id"], self.argv(t, target), os.path.join(self.trial_dir(t), "segments.log"),
                                      self.run_dir(t))
         self.log(f"sweep: trial {t['id']} -> {target} steps {t['params']}")

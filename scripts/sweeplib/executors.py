@@ -13,7 +13,23 @@ end of the step and exits 75 (SIGUSR1 to mpirun, which forwards it; under Slurm 
 import os
 import shlex
 import signal
+import socket
 import subprocess
+
+
+def lock_holder(path):
+    """The pid of the live loom process of this host that holds a Loom lock file (engine/util/dir_lock.hpp:
+    "host: H" and "pid: P" lines), or None."""
+    try:
+        with open(path) as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        host, pid = fields.get("host", "").strip(), int(fields.get("pid", "").strip())
+        if host != socket.gethostname():
+            return None
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return pid if b"loom" in f.read() else None
+    except (OSError, ValueError):
+        return None
 
 
 class LocalExecutor:
@@ -38,14 +54,19 @@ class LocalExecutor:
         self.running[trial] = p
         return {"pid": p.pid}
 
-    def adopt(self, trial, handle):
-        """True if the segment is still running (then it is tracked like one launched here)."""
+    def adopt(self, trial, handle, run_dir=None):
+        """True if the segment is still running (then it is tracked like one launched here): its
+        mpirun by the handle's pid, or else the loom process holding the run directory's lock
+        (a segment launched just before the controller was killed, whose handle was never saved)."""
         pid = (handle or {}).get("pid")
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 alive = os.path.basename(self.mpirun).encode() in f.read()
         except (OSError, TypeError):
             alive = False
+        if not alive and run_dir:
+            pid = lock_holder(os.path.join(run_dir, ".loom.lock"))
+            alive = pid is not None
         if alive:
             self.running[trial] = pid
         return alive
@@ -122,7 +143,7 @@ class SlurmExecutor:
             raise RuntimeError(f"squeue failed ({r.returncode}): {r.stderr.strip()}")
         return dict(line.split() for line in r.stdout.splitlines() if line.strip())
 
-    def adopt(self, trial, handle):
+    def adopt(self, trial, handle, run_dir=None):
         job = (handle or {}).get("job")
         if job and self._states().get(job, "COMPLETED") not in self.ENDED:
             self.running[trial] = job

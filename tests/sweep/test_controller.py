@@ -42,7 +42,7 @@ class FakeLoom:
         self.launched.append((trial, start, seg["target"]))
         return {"fake": trial}
 
-    def adopt(self, trial, handle):
+    def adopt(self, trial, handle, run_dir=None):
         return False
 
     def _end(self, seg, rc):
@@ -237,6 +237,42 @@ class MetricTailTest(unittest.TestCase):
         self.assertEqual(self.same_as_reread(), [(10, 7.0)])
         os.remove(self.path)
         self.assertEqual(self.same_as_reread(), [])
+
+
+class AdoptByLockTest(unittest.TestCase):
+    """A segment launched just before the controller was killed has no saved handle: the local
+    executor finds it by the loom process holding its run directory's lock, and waits for it."""
+
+    def test_lock_holder_is_adopted_and_waited_for(self):
+        import socket
+        import subprocess
+        from sweeplib.executors import LocalExecutor, lock_holder
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.Popen(["bash", "-c", "exec -a fakeloom sleep 30"])
+            try:
+                with open(os.path.join(d, ".loom.lock"), "w") as f:
+                    f.write(f"host: {socket.gethostname()}\npid: {p.pid}\nstarted: now\n")
+                for _ in range(50):  # until exec has renamed the process
+                    with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+                        if b"fakeloom" in f.read():
+                            break
+                    import time
+                    time.sleep(0.02)
+                self.assertEqual(lock_holder(os.path.join(d, ".loom.lock")), p.pid)
+                ex = LocalExecutor("loom")
+                self.assertTrue(ex.adopt(3, None, d))
+                self.assertEqual(ex.poll(), {})
+                p.kill()
+                p.wait()
+                self.assertEqual(ex.poll(), {3: None})  # ended; its status comes from run.json
+            finally:
+                if p.poll() is None:
+                    p.kill()
+            # A lock of another host, or of a pid that is not loom's, adopts nothing.
+            with open(os.path.join(d, ".loom.lock"), "w") as f:
+                f.write(f"host: elsewhere\npid: {os.getpid()}\n")
+            self.assertIsNone(lock_holder(os.path.join(d, ".loom.lock")))
+            self.assertFalse(LocalExecutor("loom").adopt(4, None, d))
 
 
 if __name__ == "__main__":
