@@ -65,10 +65,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {
-        if (backend->stream()) {
-          check_one_rank_per_gpu(groups->world(), device, backend->device_uuid());
-          groups->use_nccl(device, backend->stream());
-        }
+        use_device_communicators(*groups, *backend, device);
         const ModelConfig& m = src->model();
         const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
         model = std::make_unique<Gpt>(*backend, shape, a.micro_batch);

@@ -113,10 +113,7 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
       }))
     return 2;
   if (!agreed_step(world, "sample", [&] {
-        if (backend->stream()) {
-          check_one_rank_per_gpu(groups->world(), device, backend->device_uuid());
-          groups->use_nccl(device, backend->stream());
-        }
+        use_device_communicators(*groups, *backend, device);
         const ModelConfig& m = src->model();
         const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, context, 128 * tp);
         const DType compute = a.precision == "bf16" ? DType::bf16 : DType::f32;

@@ -92,19 +92,15 @@ class DocumentSink {
   }
   // Encodes and writes the document up to its last safe cut, keeping the rest for later.
   void flush_piece() {
-    const size_t cut = safe_cut();
-    if (cut == 0) return;
+    if (const size_t cut = safe_cut(); cut > 0) write_up_to(cut);
+  }
+  void flush() { write_up_to(text_.size()); }
+  void write_up_to(size_t cut) {
     tok_.encode(std::string_view(text_).substr(0, cut), ids_);
     (to_val_ ? val_ : train_).write(ids_.data(), ids_.size());
     ids_.clear();
     text_.erase(0, cut);
     searched_ = 0;
-  }
-  void flush() {
-    tok_.encode(text_, ids_);
-    (to_val_ ? val_ : train_).write(ids_.data(), ids_.size());
-    text_.clear();
-    ids_.clear();
   }
 
   const Tokenizer& tok_;

@@ -58,14 +58,17 @@ std::string detect(const std::string& path) {
   return "";
 }
 
+// A Megatron dataset's PREFIX, from PREFIX, PREFIX.bin or PREFIX.idx.
+std::string megatron_prefix(std::string path) {
+  if (path.ends_with(".bin") || path.ends_with(".idx")) path.resize(path.size() - 4);
+  return path;
+}
+
 TokenShard open_as(const std::string& path, const std::string& format) {
   if (format == "loom") return open_loom_shard(path);
   if (format == "llmc") return open_llmc_shard(path);
   if (format == "text") return open_text_as_bytes(path);
-  // megatron: accept PREFIX, PREFIX.bin or PREFIX.idx
-  std::string prefix = path;
-  if (prefix.ends_with(".bin") || prefix.ends_with(".idx")) prefix.resize(prefix.size() - 4);
-  return open_megatron_dataset(prefix);
+  return open_megatron_dataset(megatron_prefix(path));
 }
 
 void open_files(TokenDataset& d, const std::vector<std::string>& files, const std::string& format,
@@ -88,11 +91,8 @@ void open_files(TokenDataset& d, const std::vector<std::string>& files, const st
     }
     if (d.format.empty()) d.format = f;
     else if (d.format != f) bad(key, d.source, "mixes formats: " + file + " is " + f + ", earlier files are " + d.format);
-    if (f == "megatron") {
-      std::string prefix = file;
-      if (prefix.ends_with(".bin") || prefix.ends_with(".idx")) prefix.resize(prefix.size() - 4);
-      if (!megatron_prefixes.insert(prefix).second) continue;  // a directory or glob lists both halves
-    }
+    // A directory or glob lists both halves of one Megatron dataset: open it once.
+    if (f == "megatron" && !megatron_prefixes.insert(megatron_prefix(file)).second) continue;
     try {
       d.shards.push_back(open_as(file, f));
     } catch (const std::exception& e) {

@@ -59,4 +59,10 @@ void check_one_rank_per_gpu(parallel::MpiCommunicator& world, int device, const 
   if (const std::string error = shared_gpu_error(ranks); !error.empty()) throw std::runtime_error(error);
 }
 
+void use_device_communicators(parallel::ProcessGroups& groups, Backend& backend, int device) {
+  if (!backend.stream()) return;
+  check_one_rank_per_gpu(groups.world(), device, backend.device_uuid());
+  groups.use_nccl(device, backend.stream());
+}
+
 }  // namespace loom

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "parallel/mpi_communicator.hpp"
+#include "parallel/process_groups.hpp"
 
 namespace loom {
 
@@ -31,5 +33,10 @@ RankGpu parse_rank_gpu_line(const std::string& line);
 // `world`, then shared_gpu_error; throws it on every rank alike (so a caller inside an agreement
 // gets the same error everywhere). Collective over `world`.
 void check_one_rank_per_gpu(parallel::MpiCommunicator& world, int device, const std::string& uuid);
+
+// Device buffers (a backend with a stream: CUDA) travel over NCCL communicators ordered after that
+// stream, once every rank is known to drive a GPU of its own; host buffers (CPU) stay on MPI.
+// Collective over the world; does nothing for a backend without a stream.
+void use_device_communicators(parallel::ProcessGroups& groups, Backend& backend, int device);
 
 }  // namespace loom

@@ -81,13 +81,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   // second of the cores) and before the model exists, so that the measurement's matrices (28 MB
   // in fp32) come and go below the run's peak memory, as `loom plan` assumes.
   peak_ = rank0_mfu_peak(groups.world(), *backend_, compute_);
-  // Device buffers (CUDA) travel over NCCL communicators ordered after the backend's stream;
-  // host buffers (CPU) over MPI. Host scalars (losses, norms) always over MPI. One rank per GPU
-  // first: NCCL's own error for two ranks on one GPU says only "invalid usage".
-  if (backend_->stream()) {
-    check_one_rank_per_gpu(groups.world(), device, backend_->device_uuid());
-    groups.use_nccl(device, backend_->stream());
-  }
+  // Device buffers over NCCL (CUDA), host buffers over MPI; host scalars (losses, norms) always MPI.
+  use_device_communicators(groups, *backend_, device);
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
   // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
