@@ -3,9 +3,13 @@
 // bf16), side by side from the same initial weights on the same batches: the model, AdamW, the
 // gradient clipping and the warmup+cosine schedule of a real run, without MPI or the trainer
 // (so it builds on a bare GPU machine, next to test_cuda_ops). Run by hand on a GPU (or by
-// scripts/gpu_check.sh): it exits 1 unless the fp32 losses agree within 1e-4 relative over the
-// first 50 steps (they drift apart only slowly, from different summation orders, and the table
-// shows later steps too); the bf16 ones stay within a few percent.
+// scripts/gpu_check.sh): it exits 1 unless, over the first 50 steps, the fp32 losses agree within
+// 1e-4 relative and the bf16 ones within 1e-2 (the table shows later steps too).
+// The peak learning rate is 1e-3, not tiny.yaml's 3e-3: at 3e-3 this 50-step run is chaotic (the
+// loss climbs after step 30), and with head size 64 the CPU run differed from itself by 1.2e-3
+// when its initial weights moved by 1e-7 relative; at 1e-3 by 1.4e-8. That is measured here every
+// time (the "cpu self" column: the CPU run again from weights scaled by 1 + 1e-7 sin(i)), so a
+// failure can be told apart from an amplifying schedule.
 //   build-gpu/tests/compare_cuda_training [text file, bytes as tokens] [steps] [full|lora|qlora] [heads]
 // lora: rank-8 adapters on every linear layer with dropout 0.1, the base frozen (random); qlora:
 // the same with the base's block weights in NF4. heads: 4 by default (head size 32, the row
@@ -34,6 +38,8 @@ using namespace loom;
 
 namespace {
 
+constexpr double kPeakLr = 1e-3;
+
 struct Run {
   std::string name;
   std::vector<double> loss, norm;
@@ -50,7 +56,7 @@ Run train(const std::string& name, Backend& be, DType dtype, const GptShape& sha
   model.set_params(init.data());
   model.set_frozen(frozen.data());
   AdamW opt(be, model.table(), AdamWHyper{0.9, 0.95, 1e-8, 0.1});
-  const LrSchedule sched{3e-3, 3e-4, 20, steps};
+  const LrSchedule sched{kPeakLr, kPeakLr / 10, 20, steps};
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
   const size_t span = text.size() - size_t(T) - 1;
   const auto t0 = std::chrono::steady_clock::now();
@@ -110,8 +116,8 @@ int main(int argc, char** argv) {
     std::printf("compare_cuda_training: %s has too few bytes\n", path.c_str());
     return 2;
   }
-  std::printf("text %s: %zu bytes; L 4, NH %d, C 128, V 257, T 64, B 8; %d steps, lr 3e-3 warmup 20 cosine\n",
-              path.c_str(), text.size(), heads, steps);
+  std::printf("text %s: %zu bytes; L 4, NH %d, C 128, V 257, T 64, B 8; %d steps, lr %g warmup 20 cosine\n",
+              path.c_str(), text.size(), heads, steps, kPeakLr);
   const ParamTable table = gpt_param_table(shape);
   std::vector<float> init(table.total());
   init_params(table, shape, 1337, init.data());
@@ -125,23 +131,28 @@ int main(int argc, char** argv) {
   runs.push_back(train("cpu fp32", *cpu, DType::f32, shape, B, init, frozen, text, steps));
   runs.push_back(train("cuda fp32", *gpu, DType::f32, shape, B, init, frozen, text, steps));
   runs.push_back(train("cuda bf16", *gpu, DType::bf16, shape, B, init, frozen, text, steps));
+  std::vector<float> nudged(init);
+  for (size_t i = 0; i < nudged.size(); ++i) nudged[i] *= float(1.0 + 1e-7 * std::sin(double(i)));
+  const Run self = train("cpu nudged", *cpu, DType::f32, shape, B, nudged, frozen, text, steps);
 
   std::printf("%6s", "step");
   for (const Run& r : runs) std::printf(" %14s", (r.name + " loss").c_str());
-  std::printf(" %12s %12s %12s\n", "fp32 rel", "bf16 rel", "norm rel");
-  double worst32 = 0, worst16 = 0, worst32_first50 = 0;
+  std::printf(" %12s %12s %12s %12s\n", "fp32 rel", "bf16 rel", "norm rel", "cpu self");
+  double worst32 = 0, worst16 = 0, worst32_first50 = 0, worst16_first50 = 0, worst_self = 0;
   for (int s = 0; s < steps; ++s) {
     const double ref = runs[0].loss[size_t(s)];
     const double d32 = std::fabs(runs[1].loss[size_t(s)] - ref) / std::fabs(ref);
     const double d16 = std::fabs(runs[2].loss[size_t(s)] - ref) / std::fabs(ref);
     const double dn = std::fabs(runs[1].norm[size_t(s)] - runs[0].norm[size_t(s)]) / std::fabs(runs[0].norm[size_t(s)]);
+    const double dself = std::fabs(self.loss[size_t(s)] - ref) / std::fabs(ref);
     worst32 = std::max(worst32, d32);
-    if (s < 50) worst32_first50 = std::max(worst32_first50, d32);
     worst16 = std::max(worst16, d16);
+    worst_self = std::max(worst_self, dself);
+    if (s < 50) worst32_first50 = std::max(worst32_first50, d32), worst16_first50 = std::max(worst16_first50, d16);
     if (s < 5 || s % 10 == 9 || s == steps - 1) {
       std::printf("%6d", s + 1);
       for (const Run& r : runs) std::printf(" %14.6f", r.loss[size_t(s)]);
-      std::printf(" %12.3e %12.3e %12.3e\n", d32, d16, dn);
+      std::printf(" %12.3e %12.3e %12.3e %12.3e\n", d32, d16, dn, dself);
     }
   }
   double pmax = 0, pdiff = 0;
@@ -149,7 +160,8 @@ int main(int argc, char** argv) {
     pmax = std::max(pmax, double(std::fabs(runs[0].final_params[i])));
     pdiff = std::max(pdiff, double(std::fabs(runs[1].final_params[i] - runs[0].final_params[i])));
   }
-  std::printf("worst loss difference vs cpu fp32: cuda fp32 %.3e, cuda bf16 %.3e (relative)\n", worst32, worst16);
+  std::printf("worst loss difference vs cpu fp32: cuda fp32 %.3e, cuda bf16 %.3e, cpu nudged by 1e-7 %.3e (relative)\n",
+              worst32, worst16, worst_self);
   std::printf("final parameters, cuda fp32 vs cpu fp32: max |diff| %.3e (max |param| %.3e)\n", pdiff, pmax);
   for (const Run& r : runs) std::printf("%-10s %8.3f s for %d steps (%.2f ms/step)\n", r.name.c_str(), r.seconds, steps, 1e3 * r.seconds / steps);
   // The KV-cache decoder on both backends, from the same (plain GPT) weights: a 16-byte prompt,
@@ -184,9 +196,16 @@ int main(int argc, char** argv) {
     return std::all_of(r.loss.begin(), r.loss.end(), [](double x) { return std::isfinite(x); });
   });
   // The criterion for the CUDA backend in fp32: 50 steps within 1e-4 (relative) of the
-  // CPU's losses. Later steps may drift further (summation orders compound); they are printed.
-  const bool close = worst32_first50 <= 1e-4;
-  std::printf("%s: cuda fp32 loss within %.3e of cpu fp32 over the first %d steps (criterion 1e-4)%s\n",
-              close ? "PASS" : "FAIL", worst32_first50, std::min(steps, 50), finite ? "" : "; a loss is not finite");
+  // CPU's losses; bf16 within 1e-2 (the CPU's own bf16 run is within 6e-4 of its fp32 one here).
+  // Later steps may drift further (summation orders compound); they are printed.
+  const bool close = worst32_first50 <= 1e-4 && worst16_first50 <= 1e-2;
+  if (worst_self > 1e-5)
+    std::printf("note: the CPU run moved %.3e from a 1e-7 change of its initial weights: this schedule amplifies "
+                "rounding, so the criterion below tests it more than the kernels\n",
+                worst_self);
+  std::printf("%s: over the first %d steps, cuda fp32 loss within %.3e of cpu fp32 (criterion 1e-4), cuda bf16 "
+              "within %.3e (criterion 1e-2)%s\n",
+              close ? "PASS" : "FAIL", std::min(steps, 50), worst32_first50, worst16_first50,
+              finite ? "" : "; a loss is not finite");
   return finite && close ? 0 : 1;
 }
