@@ -61,9 +61,13 @@ void GptBlock::forward(const BlockWeights& w, ConstTypedPtr x, const BlockActs& 
                             target_seed(seed, 1));
   be_.residual_forward(a.res2, x, proj, NC);
   be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, N, C_);
-  fc_.forward(a.fch, a.ln2, w.fc_w, w.fc_b, N);
-  if (w.fc_la) fc_lora_.forward(a.fch, a.fc_us, a.ln2, w.fc_la, w.fc_lb, lora_wide_, N, target_seed(seed, 2));
-  be_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * Ct_);
+  if (w.fc_la) {  // the adapter adds to the layer's output before the GELU
+    fc_.forward(a.fch, a.ln2, w.fc_w, w.fc_b, N);
+    fc_lora_.forward(a.fch, a.fc_us, a.ln2, w.fc_la, w.fc_lb, lora_wide_, N, target_seed(seed, 2));
+    be_.gelu_forward(a.fch_gelu, a.fch, size_t(N) * 4 * Ct_);
+  } else {
+    fc_.forward_gelu(a.fch_gelu, a.fch, a.ln2, w.fc_w, w.fc_b, N);
+  }
   mlp_proj_.forward(proj, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, N);
   if (w.mlp_proj_la)
     mlp_proj_lora_.forward(proj, a.mlp_proj_us, a.fch_gelu, w.mlp_proj_la, w.mlp_proj_lb, lora_wide_, N,
@@ -79,11 +83,14 @@ void GptBlock::backward(TypedPtr dresidual, const BlockWeights& w, const BlockGr
                         const BlockActs& a, const BlockGradScratch& s, uint64_t seed) const {
   const int N = B_ * T_;
   // MLP branch.
-  mlp_proj_.backward(s.dfch, dw.mlp_proj_w, dw.mlp_proj_b, dresidual, a.fch_gelu, w.mlp_proj_w, N);
-  if (w.mlp_proj_la)
+  if (w.mlp_proj_la) {  // the adapter's dinp joins the layer's before the GELU's backward
+    mlp_proj_.backward(s.dfch, dw.mlp_proj_w, dw.mlp_proj_b, dresidual, a.fch_gelu, w.mlp_proj_w, N);
     mlp_proj_lora_.backward(s.dfch, dw.mlp_proj_la, dw.mlp_proj_lb, dresidual, a.fch_gelu, a.mlp_proj_us,
                             w.mlp_proj_la, w.mlp_proj_lb, s.lora_du, s.lora_wide, N, target_seed(seed, 3));
-  be_.gelu_backward(s.dfch, a.fch, s.dfch, size_t(N) * 4 * Ct_);
+    be_.gelu_backward(s.dfch, a.fch, s.dfch, size_t(N) * 4 * Ct_);
+  } else {
+    mlp_proj_.backward_gelu(s.dfch, dw.mlp_proj_w, dw.mlp_proj_b, dresidual, a.fch_gelu, w.mlp_proj_w, a.fch, N);
+  }
   fc_.backward(s.dln, dw.fc_w, dw.fc_b, s.dfch, a.ln2, w.fc_w, N);
   if (w.fc_la)
     fc_lora_.backward(s.dln, dw.fc_la, dw.fc_lb, s.dfch, a.ln2, a.fc_us, w.fc_la, w.fc_lb, s.lora_du, s.lora_wide, N,

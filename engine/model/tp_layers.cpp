@@ -18,6 +18,11 @@ void ColumnParallelLinear::backward(TypedPtr dinp, float* dw, float* db, ConstTy
   tp_all_reduce(tp_, dinp, size_t(N) * size_t(in_));
 }
 
+void ColumnParallelLinear::forward_gelu(TypedPtr out, TypedPtr pre, ConstTypedPtr inp, ConstTypedPtr w,
+                                        ConstTypedPtr b, int N) const {
+  be_.matmul_gelu_forward(out, pre, inp, w, b, N, in_, out_);
+}
+
 void RowParallelLinear::forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b, int N) const {
   be_.matmul_forward(out, inp, w, tp_.lead() ? b : ConstTypedPtr(), N, in_, out_);
   tp_all_reduce(tp_, out, size_t(N) * size_t(out_));
@@ -26,6 +31,11 @@ void RowParallelLinear::forward(TypedPtr out, ConstTypedPtr inp, ConstTypedPtr w
 void RowParallelLinear::backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp,
                                  ConstTypedPtr w, int N) const {
   be_.matmul_backward(dinp, dw, db, dout, inp, w, N, in_, out_);
+}
+
+void RowParallelLinear::backward_gelu(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp,
+                                      ConstTypedPtr w, ConstTypedPtr pre, int N) const {
+  be_.matmul_backward_gelu(dinp, dw, db, dout, inp, w, pre, N, in_, out_);
 }
 
 void VocabParallelEmbedding::forward(TypedPtr out, const int32_t* tokens, ConstTypedPtr wte, ConstTypedPtr wpe,

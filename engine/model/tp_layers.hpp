@@ -42,6 +42,9 @@ class ColumnParallelLinear {
   // dinp (N,C) = sum over tp of dout (N,OC/tp) @ w (f backward: all-reduce);
   // dw (OC/tp,C) += dout^T @ inp; db (OC/tp) += colsum(dout) [if not null].
   void backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w, int N) const;
+  // forward, then out = gelu(pre) with pre the layer's output (kept for the backward); one op, so
+  // a backend can fuse them. Local: a column slice's GELU needs no other rank.
+  void forward_gelu(TypedPtr out, TypedPtr pre, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b, int N) const;
 
  private:
   Backend& be_;
@@ -63,6 +66,10 @@ class RowParallelLinear {
   // dw (OC,C/tp) += dout^T @ inp; db (OC) += colsum(dout) on every rank (the replicated bias
   // gets the same gradient everywhere).
   void backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w, int N) const;
+  // backward with dinp then multiplied by gelu'(pre): the backward through the GELU before this
+  // layer, in one op (local, as dinp's own slice is).
+  void backward_gelu(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w,
+                     ConstTypedPtr pre, int N) const;
 
  private:
   Backend& be_;

@@ -1,11 +1,17 @@
 // Softmax cross-entropy over vocabulary-padded logits, fused with its gradient: one block per
-// row, three passes over the row (max, sum of exponentials, then loss and gradient written in
-// place), so the probabilities are never stored. The vocab-parallel variant splits the same
+// row, two passes over the row (the max and the sum of exponentials together, online, then the
+// loss and the gradient written in place), so the probabilities are never stored. Rows that are
+// 16-byte aligned are read and written 16 bytes at a time (8 bf16 values): the logits are the
+// largest tensor of a GPT step (N x 50304), and with scalar 2-byte accesses and a pass each for
+// the max and the sum this op took 2.3 ms for 8192 rows of GPT-2 on an H100. The vocab-parallel
+// variant splits the same
 // computation at the two points where the tensor-parallel group must reduce (max, then sum and
 // target logit). Padding columns never enter a max or a sum and get a zero gradient. Logits in
 // the compute dtype (the gradient is written back in it), all softmax math, losses, maxes and
 // partials in fp32.
 #include <cfloat>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
@@ -55,17 +61,101 @@ __device__ void write_grad(S* row, int v_real, int width, int target, float lse,
   for (int j = v_real + threadIdx.x; j < width; j += kThreads) row[j] = store<S>(0.0f);
 }
 
-template <typename S>
+constexpr float kLog2e = 1.4426950408889634f;
+
+// W consecutive elements of a row through one access (W = 16 bytes / element size when the row
+// allows it, else 1).
+template <typename S, int W>
+__device__ __forceinline__ void load_w(float (&x)[W], const S* p) {
+  if constexpr (W == 1) {
+    x[0] = load(*p);
+  } else {
+    static_assert(W * sizeof(S) == 16, "a vector access is 16 bytes");
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    S v[W];
+    memcpy(v, &raw, 16);
+    for (int k = 0; k < W; ++k) x[k] = load(v[k]);
+  }
+}
+template <typename S, int W>
+__device__ __forceinline__ void store_w(S* p, const float (&x)[W]) {
+  if constexpr (W == 1) {
+    *p = store<S>(x[0]);
+  } else {
+    S v[W];
+    for (int k = 0; k < W; ++k) v[k] = store<S>(x[k]);
+    uint4 raw;
+    memcpy(&raw, v, 16);
+    *reinterpret_cast<uint4*>(p) = raw;
+  }
+}
+
+// The running (max, sum of exp(x - max)) of a set of values, in base 2 inside (exp2f of a
+// product with log2(e): one FFMA and one ex2 per element).
+struct OnlineSum {
+  float m = -INFINITY, s = 0.0f;
+  __device__ void add(const float* x, int n) {
+    float mx = m;
+    for (int k = 0; k < n; ++k) mx = fmaxf(mx, x[k]);
+    if (mx == -INFINITY) return;  // nothing but -inf so far
+    s *= exp2f((m - mx) * kLog2e);
+    m = mx;
+    const float mb = mx * kLog2e;
+    for (int k = 0; k < n; ++k) s += exp2f(fmaf(x[k], kLog2e, -mb));
+  }
+  __device__ void merge(float m2, float s2) {
+    const float mx = fmaxf(m, m2);
+    if (mx == -INFINITY) return;
+    s = s * exp2f((m - mx) * kLog2e) + s2 * exp2f((m2 - mx) * kLog2e);
+    m = mx;
+  }
+};
+
+// The row's (max, sum) over the block, merged in a fixed order: every thread gets the result.
+__device__ OnlineSum block_online_sum(OnlineSum o) {
+  __shared__ float sm[kThreads / 32], ss[kThreads / 32];
+  for (int d = 16; d > 0; d >>= 1) o.merge(__shfl_xor_sync(0xffffffffu, o.m, d), __shfl_xor_sync(0xffffffffu, o.s, d));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sm[warp] = o.m, ss[warp] = o.s;
+  __syncthreads();
+  OnlineSum r;
+  for (int w = 0; w < kThreads / 32; ++w) r.merge(sm[w], ss[w]);
+  return r;
+}
+
+// W: elements per access (16 bytes' worth when the row is 16-byte aligned, else 1).
+template <typename S, int W>
 __global__ void softmax_ce_kernel(float* losses, S* logits, const int32_t* targets, int V, int Vp, float dloss,
                                   bool grad) {
   S* row = logits + size_t(blockIdx.x) * Vp;
-  const float mx = row_max(row, V);
-  const float lse = mx + logf(row_sumexp(row, V, mx));
+  OnlineSum o;
+  const int full = V / W;  // whole accesses within the real columns; the rest one by one
+  for (int i = threadIdx.x; i < full; i += kThreads) {
+    float x[W];
+    load_w<S, W>(x, row + size_t(i) * W);
+    o.add(x, W);
+  }
+  for (int j = full * W + threadIdx.x; j < V; j += kThreads) {
+    const float x = load(row[j]);
+    o.add(&x, 1);
+  }
+  o = block_online_sum(o);
+  const float lse = o.m + logf(o.s);
   const int t = targets[blockIdx.x];
   const float target_logit = load(row[t]);
   __syncthreads();  // every thread has read row[t] before any gradient overwrites it
   if (threadIdx.x == 0) losses[blockIdx.x] = lse - target_logit;
-  if (grad) write_grad(row, V, Vp, t, lse, dloss);
+  if (!grad) return;
+  const float lse2 = lse * kLog2e;
+  for (int i = threadIdx.x; i < Vp / W; i += kThreads) {  // Vp is a multiple of W
+    float x[W];
+    load_w<S, W>(x, row + size_t(i) * W);
+    for (int k = 0; k < W; ++k) {
+      const int j = i * W + k;
+      x[k] = j < V ? dloss * (exp2f(fmaf(x[k], kLog2e, -lse2)) - (j == t ? 1.0f : 0.0f)) : 0.0f;
+    }
+    store_w<S, W>(row + size_t(i) * W, x);
+  }
 }
 
 template <typename S>
@@ -104,7 +194,12 @@ void softmax_crossentropy(float* losses, TypedPtr logits, const int32_t* targets
   if (N == 0) return;
   dispatch_act("softmax_crossentropy", dt, [&](auto tag) {
     using S = decltype(tag);
-    softmax_ce_kernel<<<N, kThreads, 0, ctx.stream>>>(losses, act_mut<S>(logits), targets, V, Vp, dloss, write_grad);
+    constexpr int kVec = int(16 / sizeof(S));
+    S* p = act_mut<S>(logits);
+    if (reinterpret_cast<uintptr_t>(p) % 16 == 0 && Vp % kVec == 0)
+      softmax_ce_kernel<S, kVec><<<N, kThreads, 0, ctx.stream>>>(losses, p, targets, V, Vp, dloss, write_grad);
+    else
+      softmax_ce_kernel<S, 1><<<N, kThreads, 0, ctx.stream>>>(losses, p, targets, V, Vp, dloss, write_grad);
   });
   LOOM_CUDA_LAUNCHED();
 }

@@ -18,6 +18,11 @@
 //
 // Rounding: P (forward, dV) and dS (dK, dQ) are rounded to the input dtype before their
 // product, as FlashAttention does; scores, exponentials, sums and accumulators stay fp32.
+// Exponentials are exp2f of scores already multiplied by log2(e) / sqrt(hs) (one FFMA and one
+// ex2 per score; expf adds a range reduction and fix-ups around its ex2): at head size 64 a
+// score's two products are only 256 flops, so the softmax's instruction count is of the order of
+// the tensor cores' time. The row maxima and the log-sum-exp of the backward are in the same
+// base-2 units inside the kernels; the lse written out stays natural (m ln 2 + ln sum).
 // Tiles are staged in shared memory with rows padded by 8 elements (16 bytes), which makes the
 // ldmatrix fragment loads conflict-free; the tiles a block loops over are double-buffered and
 // copied with cp.async (16 bytes at a time) while the previous tile is computed, when every
@@ -41,6 +46,7 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps, 16 rows each: 64-row tiles
 constexpr int kPad = 8;
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 template <typename S>
 __device__ __forceinline__ uint32_t pack(float lo, float hi);
@@ -213,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd_kernel(S* out, float* lse, c
   const int q0 = qt * BT, row0 = q0 + warp * 16 + g;  // this lane's rows: row0 and row0 + 8
   const size_t stride = 3 * size_t(C);
   const uint16_t* base = reinterpret_cast<const uint16_t*>(qkv) + size_t(b) * T * stride + size_t(h) * D;
-  const float scale = rsqrtf(float(D));
+  const float scale2 = rsqrtf(float(D)) * kLog2e;  // scores in base-2 units
   auto stage_kv = [&](int kt) {
     uint16_t* Ks = KVs + 2 * (kt & 1) * BT * LD;
     stage<D>(Ks, base + C, stride, kt * BT, BT, T, vec);
@@ -227,7 +233,8 @@ __global__ void __launch_bounds__(kThreads) mma_fwd_kernel(S* out, float* lse, c
   uint32_t qf[D / 16][4];
   for (int ks = 0; ks < D / 16; ++ks) load_a(qf[ks], Qs, LD, warp * 16, ks * 16);
   float o[D / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's part of the row sums
+  // m: the row maxima of the base-2 scores; l: this lane's part of the row sums.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * BT;
     if (kt < qt) {
@@ -248,19 +255,19 @@ __global__ void __launch_bounds__(kThreads) mma_fwd_kernel(S* out, float* lse, c
     for (int nt = 0; nt < BT / 8; ++nt)
       for (int e = 0; e < 4; ++e) {
         const int row = row0 + (e >> 1) * 8, key = k0 + nt * 8 + 2 * t + (e & 1);
-        s[nt][e] = (kt == qt && key > row) ? -INFINITY : s[nt][e] * scale;
+        s[nt][e] = (kt == qt && key > row) ? -INFINITY : s[nt][e] * scale2;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
       }
     float corr[2];
     for (int r = 0; r < 2; ++r) {
       mx[r] = row_max4(mx[r]);
-      corr[r] = expf(m[r] - mx[r]);
+      corr[r] = exp2f(m[r] - mx[r]);
       m[r] = mx[r];
       l[r] *= corr[r];
     }
     for (int nt = 0; nt < BT / 8; ++nt)
       for (int e = 0; e < 4; ++e) {
-        s[nt][e] = expf(s[nt][e] - m[e >> 1]);
+        s[nt][e] = exp2f(s[nt][e] - m[e >> 1]);
         l[e >> 1] += s[nt][e];
       }
     for (int nt = 0; nt < D / 8; ++nt)
@@ -282,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd_kernel(S* out, float* lse, c
       orow[nt * 8 + 2 * t] = store<S>(o[nt][2 * r] * inv);
       orow[nt * 8 + 2 * t + 1] = store<S>(o[nt][2 * r + 1] * inv);
     }
-    if (t == 0) lse[size_t(blockIdx.y) * T + row] = m[r] + logf(sum);
+    if (t == 0) lse[size_t(blockIdx.y) * T + row] = m[r] * kLn2 + logf(sum);
   }
 }
 
@@ -307,13 +314,13 @@ __global__ void __launch_bounds__(kThreads) mma_dkv_kernel(S* dqkv, const S* dou
   const uint16_t* gbase = reinterpret_cast<const uint16_t*>(dout) + size_t(b) * T * C + size_t(h) * D;
   const float* lrow = lse + size_t(blockIdx.y) * T;
   const float* drow = delta + size_t(blockIdx.y) * T;
-  const float scale = rsqrtf(float(D));
+  const float scale = rsqrtf(float(D)), scale2 = scale * kLog2e;
   auto stage_q = [&](int qt) {
     const int q0 = qt * BQ, buf = qt & 1;
     stage<D>(QGs + 2 * buf * BQ * LD, base, stride, q0, BQ, T, vec);
     stage<D>(QGs + (2 * buf + 1) * BQ * LD, gbase, size_t(C), q0, BQ, T, vec);
     for (int i = int(threadIdx.x); i < BQ; i += kThreads) {
-      LDs[2 * buf * BQ + i] = q0 + i < T ? lrow[q0 + i] : 0.0f;
+      LDs[2 * buf * BQ + i] = q0 + i < T ? lrow[q0 + i] * kLog2e : 0.0f;  // base 2
       LDs[(2 * buf + 1) * BQ + i] = q0 + i < T ? drow[q0 + i] : 0.0f;
     }
     cp_async_commit();
@@ -349,7 +356,7 @@ __global__ void __launch_bounds__(kThreads) mma_dkv_kernel(S* dqkv, const S* dou
     for (int nt = 0; nt < BQ / 8; ++nt)
       for (int e = 0; e < 4; ++e) {
         const int j = j0 + (e >> 1) * 8, qi = nt * 8 + 2 * t + (e & 1), q = q0 + qi;
-        const float p = (!edge || (q >= j && q < T)) ? expf(s[nt][e] * scale - Ls[qi]) : 0.0f;
+        const float p = (!edge || (q >= j && q < T)) ? exp2f(fmaf(s[nt][e], scale2, -Ls[qi])) : 0.0f;
         s[nt][e] = p;
         dp[nt][e] = p * (dp[nt][e] - Ds[qi]);
       }
@@ -391,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(S* dqkv, const S* dout
   const int q0 = qt * BQ, row0 = q0 + warp * 16 + g;
   const size_t stride = 3 * size_t(C);
   const uint16_t* base = reinterpret_cast<const uint16_t*>(qkv) + size_t(b) * T * stride + size_t(h) * D;
-  const float scale = rsqrtf(float(D));
+  const float scale = rsqrtf(float(D)), scale2 = scale * kLog2e;
   auto stage_kv = [&](int kt) {
     uint16_t* Ks = KVs + 2 * (kt & 1) * BK * LD;
     stage<D>(Ks, base + C, stride, kt * BK, BK, T, vec);
@@ -405,7 +412,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(S* dqkv, const S* dout
   float L[2], Dl[2];
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 8 * r;
-    L[r] = row < T ? lse[size_t(blockIdx.y) * T + row] : 0.0f;
+    L[r] = row < T ? lse[size_t(blockIdx.y) * T + row] * kLog2e : 0.0f;  // base 2
     Dl[r] = row < T ? delta[size_t(blockIdx.y) * T + row] : 0.0f;
   }
   float dq[D / 8][4] = {};
@@ -433,7 +440,7 @@ __global__ void __launch_bounds__(kThreads) mma_dq_kernel(S* dqkv, const S* dout
     for (int nt = 0; nt < BK / 8; ++nt)
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, key = k0 + nt * 8 + 2 * t + (e & 1);
-        const float p = (!edge || key <= row0 + 8 * r) ? expf(s[nt][e] * scale - L[r]) : 0.0f;
+        const float p = (!edge || key <= row0 + 8 * r) ? exp2f(fmaf(s[nt][e], scale2, -L[r])) : 0.0f;
         s[nt][e] = p * (dp[nt][e] - Dl[r]);  // dS
       }
     for (int kk = 0; kk < BK / 16; ++kk) {

@@ -16,8 +16,18 @@
 //   dW (OC,C) += dout^T @ inp           is  dW^T (C,OC) += inp^T (C,N) * dout (N,OC)
 // The bias gradient is a deterministic column sum of dout (read in the compute dtype, summed in
 // fp32) added to the fp32 dbias (column_sums_add).
+// The MLP's GELU rides on cuBLASLt's epilogues in 16-bit runs (llm.c does the same):
+// GELU_AUX[_BIAS] writes gelu(acc + bias) to D and acc + bias to the aux matrix (the pre-
+// activation the backward needs), DGELU multiplies dinp by gelu'(aux) before its one rounding.
+// That saves the separate GELU kernels' pass over the N x 4C activations (forward and backward).
+// fp32 runs keep the separate kernels: cuBLASLt's GELU need not be the fp32 reference's tanh to
+// fp32 precision, and fp32 runs are the reference. LOOM_CUDA_GELU_EPILOGUE=0 turns the fusion off
+// (to measure it); a shape or alignment the epilogues cannot take falls back to the two ops.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
@@ -63,13 +73,24 @@ struct LtDescriptors {
   }
 };
 
+// A GELU epilogue and its aux matrix (m x n, ld m, of D's type): the pre-activation written by
+// the forward, read by the backward.
+enum class Gelu { None, Forward, Backward };
+struct GeluAux {
+  Gelu mode = Gelu::None;
+  const void* aux = nullptr;
+};
+
 // D (m x n, column-major, ld m) = alpha * op(A) * op(B) + beta * D [+ bias (m) broadcast over
 // columns], fp32 compute. A and B of storage type S; D (and C, which is D) of type DT; the bias
-// (only with DT = S) of type DT.
+// (only with DT = S) of type DT. With a GELU epilogue (the caller has checked the bias and aux
+// are 16-byte aligned and m a multiple of 8), returns false without running anything when
+// cuBLASLt has no algorithm for it; without, that throws.
 template <typename S, typename DT>
-void gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int lda, const S* B, bool transB,
-          int ldb, int m, int n, int k, float beta, const DT* bias, cudaStream_t stream) {
+bool gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int lda, const S* B, bool transB,
+          int ldb, int m, int n, int k, float beta, const DT* bias, cudaStream_t stream, GeluAux gelu = {}) {
   if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
+    if (gelu.mode != Gelu::None) return false;
     // The bias epilogue needs a 16-byte aligned vector: otherwise write the bias into D first
     // and accumulate the product onto it.
     broadcast_bias_kernel<<<blocks_for(size_t(m) * n, 256), 256, 0, stream>>>(D, bias, m, n);
@@ -83,10 +104,18 @@ void gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int
   const cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (gelu.mode == Gelu::Forward) epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (gelu.mode == Gelu::Backward) epi = CUBLASLT_EPILOGUE_DGELU;  // no bias: dbias is column_sums_add's
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT)
     LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (bias)
     LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  if (gelu.mode != Gelu::None) {
+    const int64_t aux_ld = m;
+    LOOM_CUDA_CHECK(
+        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &gelu.aux, sizeof gelu.aux));
+    LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
   }
   // Stored shapes (rows x cols, column-major) of A and B before op().
   LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.la, ab_type, transA ? k : m, transA ? m : k, lda));
@@ -108,6 +137,7 @@ void gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   LOOM_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.la, d.lb, d.ld, d.ld, d.pref, 1, &heur, &found));
+  if (found == 0 && gelu.mode != Gelu::None) return false;
   if (found == 0)
     throw std::runtime_error(std::string("cuBLASLt: no algorithm for this matmul (A/B ") +
                              dtype_name(dtype_of_storage<S>()) + ", D " + dtype_name(dtype_of_storage<DT>()) + ", m " +
@@ -115,6 +145,21 @@ void gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int
   const float alpha = 1.0f;
   LOOM_CUDA_CHECK(
       cublasLtMatmul(lt, d.op, &alpha, A, d.la, B, d.lb, &beta, D, d.ld, D, d.ld, &heur.algo, ws.ptr, limit, stream));
+  return true;
+}
+
+// Whether a GELU epilogue may take this call: a 16-bit compute dtype, the fusion not turned off,
+// the aux matrix's leading dimension (the layer's width) a multiple of 8 and every given pointer
+// 16-byte aligned (cublasLt.h's conditions for the aux matrix; the bias epilogue's for the bias).
+bool gelu_epilogue_takes(DType dt, int width, std::initializer_list<const void*> pointers) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("LOOM_CUDA_GELU_EPILOGUE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  if (!enabled || dt == DType::f32 || width % 8 != 0) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 constexpr int kColGroups = 64;
@@ -180,6 +225,45 @@ void matmul_backward(TypedPtr dinp, float* dw, float* dbias, ConstTypedPtr dout,
     if (dw) gemm<S, float>(lt, ws, dw, act<S>(inp), false, C, act<S>(dout), true, OC, C, OC, N, 1.0f, nullptr, stream);
     if (dbias) column_sums_add(dbias, act<S>(dout), N, OC, ws, stream);
   });
+}
+
+void matmul_gelu_forward(TypedPtr out, TypedPtr pre, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
+                         int C, int OC, Context& ctx) {
+  const DType dt = act_dtype("matmul_gelu_forward", out, pre, inp, w, bias);
+  if (N == 0 || OC == 0) return;
+  bool fused = false;
+  if (gelu_epilogue_takes(dt, OC, {out.data, pre.data, bias.data})) {
+    const Workspace ws = ctx.workspace(0);
+    dispatch_act("matmul_gelu_forward", dt, [&](auto tag) {
+      using S = decltype(tag);
+      fused = gemm<S, S>(ctx.lt, ws, act_mut<S>(out), act<S>(w), true, C, act<S>(inp), false, C, OC, N, C, 0.0f,
+                         act<S>(bias), ctx.stream, GeluAux{Gelu::Forward, act_mut<S>(pre)});
+    });
+  }
+  if (fused) return;
+  matmul_forward(pre, inp, w, bias, N, C, OC, ctx);
+  gelu_forward(out, pre, size_t(N) * size_t(OC), ctx);
+}
+
+void matmul_backward_gelu(TypedPtr dinp, float* dw, float* dbias, ConstTypedPtr dout, ConstTypedPtr inp,
+                          ConstTypedPtr w, ConstTypedPtr pre, int N, int C, int OC, Context& ctx) {
+  const DType dt = act_dtype("matmul_backward_gelu", dinp, dout, inp, w, pre);
+  if (N == 0) return;
+  bool fused = false;
+  if (dinp && gelu_epilogue_takes(dt, C, {dinp.data, pre.data})) {
+    const Workspace ws = ctx.workspace(0);
+    dispatch_act("matmul_backward_gelu", dt, [&](auto tag) {
+      using S = decltype(tag);
+      fused = gemm<S, S>(ctx.lt, ws, act_mut<S>(dinp), act<S>(w), false, C, act<S>(dout), false, OC, C, N, OC, 0.0f,
+                         nullptr, ctx.stream, GeluAux{Gelu::Backward, act<S>(pre)});
+    });
+  }
+  if (fused) {
+    matmul_backward(TypedPtr(), dw, dbias, dout, inp, w, N, C, OC, ctx);  // dW and dbias as ever
+    return;
+  }
+  matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, ctx);
+  if (dinp) gelu_backward(dinp, pre, dinp, size_t(N) * size_t(C), ctx);
 }
 
 }  // namespace loom::cuda

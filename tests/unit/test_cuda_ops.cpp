@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -98,6 +99,30 @@ TEST_CASE("CUDA matmul forward/backward through cuBLASLt, with and without bias"
   }
 }
 
+// fp32 runs never take the GELU epilogues: the two ops run one after the other, as on the CPU.
+TEST_CASE("CUDA matmul + GELU pairs in fp32 equal the two ops") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  const int N = 64, C = 96, OC = 256;
+  for (bool with_bias : {true, false}) {
+    Pair inp(cpu, gpu, randn(size_t(N) * C, 30)), w(cpu, gpu, randn(size_t(OC) * C, 31, 0.1f)),
+        bias(cpu, gpu, randn(size_t(OC), 32)), out(cpu, gpu, randn(size_t(N) * OC, 33)),
+        pre(cpu, gpu, randn(size_t(N) * OC, 34));
+    cpu.matmul_gelu_forward(out.c, pre.c, inp.c, w.c, with_bias ? bias.c : nullptr, N, C, OC);
+    gpu.matmul_gelu_forward(out.g, pre.g, inp.g, w.g, with_bias ? bias.g : nullptr, N, C, OC);
+    pre.check("matmul_gelu_forward pre");
+    out.check("matmul_gelu_forward out");
+    // The next layer's backward through the GELU: dinp (N, OC) from dout (N, C) and w2 (C, OC).
+    Pair dout(cpu, gpu, randn(size_t(N) * C, 35)), w2(cpu, gpu, randn(size_t(C) * OC, 36, 0.1f)),
+        dinp(cpu, gpu, randn(size_t(N) * OC, 37)), dw(cpu, gpu, randn(size_t(C) * OC, 38)),
+        dbias(cpu, gpu, randn(size_t(C), 39));
+    cpu.matmul_backward_gelu(dinp.c, dw.c, with_bias ? dbias.c : nullptr, dout.c, out.c, w2.c, pre.c, N, OC, C);
+    gpu.matmul_backward_gelu(dinp.g, dw.g, with_bias ? dbias.g : nullptr, dout.g, out.g, w2.g, pre.g, N, OC, C);
+    dinp.check("matmul_backward_gelu dinp");
+    dw.check("matmul_backward_gelu dw (accumulated)");
+    dbias.check("matmul_backward_gelu dbias (accumulated)");
+  }
+}
+
 TEST_CASE("CUDA fused causal attention forward/backward") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   // Head sizes 16, 64, 8, 40 (a partly used second register slot) and 256 (the limit).
@@ -154,11 +179,17 @@ TEST_CASE("CUDA fused softmax cross-entropy, whole and vocab-parallel, padding a
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[size_t(i)] = (i * 37 + 5) % V;
   IntPair targets(cpu, gpu, tgt);
-  Pair logits(cpu, gpu, randn(size_t(N) * Vp, 50, 4.0f)), losses(cpu, gpu, std::vector<float>(N));
-  cpu.softmax_crossentropy(losses.c, logits.c, targets.c, N, V, Vp, 0.25f, true);
-  gpu.softmax_crossentropy(losses.g, logits.g, targets.g, N, V, Vp, 0.25f, true);
-  losses.check("softmax_crossentropy losses");
-  logits.check("softmax_crossentropy dlogits (padding zero)");
+  // Rows read 16 bytes at a time (aligned, Vp a multiple of 4 floats; 3008 columns: several
+  // accesses per thread) and one by one (Vp 130, or a view 4 bytes off 16).
+  for (const auto& [v, vp, misalign] : {std::tuple<int, int, size_t>{V, Vp, 0}, {V, 130, 0}, {V, Vp, 1},
+                                        {3001, 3008, 0}, {3001, 3008, 3}}) {
+    INFO("V " << v << ", Vp " << vp << ", misaligned by " << misalign << " floats");
+    Pair logits(cpu, gpu, randn(size_t(N) * vp, 50, 4.0f), misalign), losses(cpu, gpu, std::vector<float>(N));
+    cpu.softmax_crossentropy(losses.c, logits.c, targets.c, N, v, vp, 0.25f, true);
+    gpu.softmax_crossentropy(losses.g, logits.g, targets.g, N, v, vp, 0.25f, true);
+    losses.check("softmax_crossentropy losses");
+    logits.check("softmax_crossentropy dlogits (padding zero)");
+  }
   Pair keep(cpu, gpu, randn(size_t(N) * Vp, 52, 4.0f)), l0(cpu, gpu, randn(N, 53));
   cpu.softmax_crossentropy(l0.c, keep.c, targets.c, N, V, Vp, 0.25f, false);
   gpu.softmax_crossentropy(l0.g, keep.g, targets.g, N, V, Vp, 0.25f, false);
@@ -197,8 +228,11 @@ TEST_CASE("CUDA fused softmax cross-entropy, whole and vocab-parallel, padding a
 
 TEST_CASE("CUDA reductions are deterministic and match the CPU") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
-  for (size_t n : {size_t(1), size_t(1000), size_t(3000017)}) {
-    Pair x(cpu, gpu, randn(n, 60));
+  // Sizes around the float4 path's tail, and views only 4 or 8 bytes aligned (the scalar path).
+  for (const auto& [n, misalign] : {std::pair<size_t, size_t>{1, 0}, {7, 0}, {1000, 0}, {3000017, 0}, {3000017, 1},
+                                    {1000003, 2}, {5, 3}}) {
+    INFO("n " << n << ", misaligned by " << misalign << " floats");
+    Pair x(cpu, gpu, randn(n, 60), misalign);
     const double a = gpu.sum_squares(x.g, n), b = gpu.sum_squares(x.g, n);
     CHECK(a == b);  // bitwise, run to run
     CHECK(std::fabs(a - cpu.sum_squares(x.c, n)) <= 1e-9 * std::max(1.0, a));  // double accumulation

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/backend.hpp"
@@ -150,6 +151,54 @@ TEST_CASE("CUDA 16-bit: matmul through cuBLASLt (16-bit A/B, fp32 compute, fp32 
   }
 }
 
+// The MLP's linear layer + GELU through cuBLASLt's GELU_AUX[_BIAS] and DGELU epilogues (OC a
+// multiple of 8, views 16-byte aligned), and through the two-op fallback (OC 44, or a view 2
+// bytes off). The reference is the CPU's two ops in fp32 on the same 16-bit inputs.
+TEST_CASE("CUDA 16-bit: matmul + GELU pairs, fused through cuBLASLt epilogues and not") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  for (DType dt : k16BitTypes) {
+    const double u = unit_roundoff(dt);
+    for (auto [N, C, OC] : {std::tuple{64, 96, 256}, std::tuple{19, 33, 44}}) {
+      for (size_t mis : {size_t(0), size_t(1)}) {
+        for (bool with_bias : {true, false}) {
+          INFO("N " << N << " C " << C << " OC " << OC << ", misaligned by " << mis << ", bias " << with_bias);
+          Act16 inp(cpu, gpu, dt, randn(size_t(N) * C, 30), mis), w(cpu, gpu, dt, randn(size_t(OC) * C, 31, 0.1f), mis),
+              bias(cpu, gpu, dt, randn(size_t(OC), 32), mis), out(cpu, gpu, dt, randn(size_t(N) * OC, 33), mis),
+              pre(cpu, gpu, dt, randn(size_t(N) * OC, 34), mis);
+          cpu.matmul_gelu_forward(out.c, pre.c, inp.c, w.c, with_bias ? bias.c : nullptr, N, C, OC);
+          gpu.matmul_gelu_forward(out.g, pre.g, inp.g, w.g, with_bias ? TypedPtr(bias.g) : TypedPtr(), N, C, OC);
+          pre.check("matmul_gelu_forward pre", 2 * u, 2 * u);  // as matmul_forward
+          // Fused, gelu is taken of the unrounded pre-activation (|gelu'| <= 1.13) and rounded
+          // once; 2e-3 more for a GELU epilogue whose tanh is an approximation (tanh.approx.f32 is
+          // within 2^-10.7 absolute: times |x| / 2 <= 2.5). A wiring error (a transposed operand,
+          // a lost bias, the wrong aux matrix) is off by O(1).
+          out.check("matmul_gelu_forward out", 3 * u + 2e-3, 2 * u);
+          // Backward through the GELU from a fresh 16-bit pre-activation (the same on both sides):
+          // dinp (N, OC) = (dout @ w2) * gelu'(pre), dout (N, C), w2 (C, OC).
+          // The layer's input x2 and the pre-activation p2 are fresh 16-bit tensors, the same
+          // values on both sides.
+          Act16 p2(cpu, gpu, dt, randn(size_t(N) * OC, 40), mis), x2(cpu, gpu, dt, randn(size_t(N) * OC, 41), mis),
+              dout(cpu, gpu, dt, randn(size_t(N) * C, 35), mis), w2(cpu, gpu, dt, randn(size_t(C) * OC, 36, 0.1f), mis),
+              dinp(cpu, gpu, dt, randn(size_t(N) * OC, 37), mis);
+          Pair dw(cpu, gpu, randn(size_t(C) * OC, 38), mis), dbias(cpu, gpu, randn(size_t(C), 39), mis);
+          cpu.matmul_backward_gelu(dinp.c, dw.c, with_bias ? dbias.c : nullptr, dout.c, x2.c, w2.c, p2.c, N, OC, C);
+          gpu.matmul_backward_gelu(dinp.g, dw.g, with_bias ? dbias.g : nullptr, dout.g, x2.g, w2.g, p2.g, N, OC, C);
+          // (dout @ w2) sums C <= 96 products of ~0.1 (scale ~1), times gelu' <= 1.13, rounded
+          // once (fused) or twice (not); the same 2e-3 for an approximate tanh in gelu'.
+          dinp.check("matmul_backward_gelu dinp", 4 * u + 2e-3, 2 * u);
+          // dW and dbias as matmul_backward's (its test explains the tolerances).
+          std::vector<float> gw(dw.n), cw(dw.n);
+          gpu.download(gw.data(), dw.g, dw.n);
+          cpu.download(cw.data(), dw.c, dw.n);
+          expect_close(std::string(dtype_name(dt)) + " matmul_backward_gelu dw (fp32, accumulated)", gw.data(),
+                       cw.data(), dw.n, 2e-3, kTol);
+          dbias.check("matmul_backward_gelu dbias (fp32, accumulated)");
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA 16-bit: fused causal attention") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   for (DType dt : k16BitTypes) {
@@ -186,12 +235,18 @@ TEST_CASE("CUDA 16-bit: softmax cross-entropy, whole and vocab-parallel") {
     IntPair targets(cpu, gpu, tgt);
     // Losses in fp32 from the same logits: fp32 exp/log noise only. dlogits = dloss * (p - onehot),
     // rounded once: |dloss| * 1e-6 absolute for fp32 noise on the smallest probabilities.
-    Act16 logits(cpu, gpu, dt, randn(size_t(N) * Vp, 50, 4.0f));
-    Pair losses(cpu, gpu, std::vector<float>(N));
-    cpu.softmax_crossentropy(losses.c, logits.c, targets.c, N, V, Vp, 0.25f, true);
-    gpu.softmax_crossentropy(losses.g, logits.g, targets.g, N, V, Vp, 0.25f, true);
-    losses.check("16-bit softmax_crossentropy losses (fp32)");
-    logits.check("softmax_crossentropy dlogits (padding zero)", 1e-6, 2 * u);
+    // 16-byte accesses (8 values: Vp 128 and 3008, aligned) and one by one (Vp 132: rows not a
+    // multiple of 16 bytes; a view 2 bytes off).
+    for (const auto& [v, vp, misalign] : {std::tuple<int, int, size_t>{V, Vp, 0}, {V, 132, 0}, {V, Vp, 1},
+                                          {3001, 3008, 0}}) {
+      INFO("V " << v << ", Vp " << vp << ", misaligned by " << misalign << " elements");
+      Act16 logits(cpu, gpu, dt, randn(size_t(N) * vp, 50, 4.0f), misalign);
+      Pair losses(cpu, gpu, std::vector<float>(N));
+      cpu.softmax_crossentropy(losses.c, logits.c, targets.c, N, v, vp, 0.25f, true);
+      gpu.softmax_crossentropy(losses.g, logits.g, targets.g, N, v, vp, 0.25f, true);
+      losses.check("16-bit softmax_crossentropy losses (fp32)");
+      logits.check("softmax_crossentropy dlogits (padding zero)", 1e-6, 2 * u);
+    }
     const int Vl = 64, start = 64, v_real = V - start;
     Act16 local(cpu, gpu, dt, randn(size_t(N) * Vl, 51, 4.0f));
     Pair maxes(cpu, gpu, std::vector<float>(N)), partials(cpu, gpu, std::vector<float>(2 * N)),
