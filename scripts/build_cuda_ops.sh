@@ -12,7 +12,7 @@
 #   build-gpu/tests/test_cuda_ops && build-gpu/tests/test_cuda_flash_attention
 #   compute-sanitizer --tool memcheck build-gpu/tests/test_cuda_ops
 #   build-gpu/tests/bench_cuda_ops && python3 scripts/torch_ops_bench.py
-# scripts/gpu_check.sh runs all of it, in three stages that each fit one device call.
+# scripts/gpu_check.sh runs all of it in one device call (logs packed into $OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${LOOM_BUILD_DIR:-build-gpu}

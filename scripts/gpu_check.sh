@@ -1,89 +1,105 @@
 #!/usr/bin/env bash
-# Everything the CUDA backend owes a lent GPU machine, in three stages that each fit one call of
-# the device tool (10 minutes), run in this order on the same warm machine:
-#   scripts/gpu_check.sh build   # build-gpu/ by scripts/build_cuda_ops.sh (toolkit, Eigen, Catch2)
-#   scripts/gpu_check.sh test    # every CUDA op vs the CPU, compute-sanitizer, 50 steps vs the CPU
-#   scripts/gpu_check.sh bench   # per-op times vs PyTorch; GPT-2 124M tokens/s and MFU vs PyTorch
-# Each command's output goes to $OUT/<stage>-<name>.log (OUT: the device tool's folder that comes
-# back; ./gpu-logs elsewhere) and one line per command, with its exit status and seconds, to
-# $OUT/summary.txt. A stage runs all its commands even when one fails, then exits 1 if any did.
+# Everything the CUDA backend owes a lent GPU machine, in priority order, in one call of the
+# device tool (as 2026-11-26's two calls ran it: build ~70 s, the whole list ~5 minutes):
+#   scripts/gpu_check.sh all [SECONDS]     # build, then tests, benchmarks, sanitizers
+#   scripts/gpu_check.sh build|test|bench  # one stage of the list
+# Each step's output goes to build-gpu/gpu-logs/<step>.log and one line per step (exit status,
+# seconds) to summary.txt there; after every step the folder is packed into $OUT/gpu-logs.tgz and
+# summary.txt copied to $OUT (the device tool brings back at most 8 files: one log per step would
+# not fit). Without $OUT (not under the device tool) only build-gpu/gpu-logs is written.
+# SECONDS (default 540) is a deadline: a step that would need more than what is left is skipped
+# (and says so in the summary), and every step has its own time limit, so a hung command cannot
+# eat the call. A step already run on this machine (build-gpu/gpu-logs/done/<step>) is skipped, so
+# a second call on the same warm machine carries on where the first stopped.
 # With `--deps DIR` the build uses a prefix made by `scripts/build_cuda_ops.sh --make-deps DIR`
-# (default .devcarry/prefix when it exists; the device tool must be told to carry it). ROUNDS
-# (default 2) sets how many times the GPT-2 runs alternate between Loom and PyTorch; PRECISIONS
-# (default "bf16"; "fp32 bf16" for both) which precisions they use.
+# (default .devcarry/prefix when it exists; the device tool must be told to carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: scripts/gpu_check.sh build|test|bench [--deps DIR]}
+stage=${1:?usage: scripts/gpu_check.sh all|build|test|bench [SECONDS] [--deps DIR]}
 shift
+deadline=540
 deps=
 [ -d .devcarry/prefix ] && deps=.devcarry/prefix
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) deps=${2:?--deps DIR}; shift 2 ;;
+    [0-9]*) deadline=$1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+case $stage in all|build|test|bench) ;; *) echo "gpu_check.sh: stage must be all, build, test or bench, not '$stage'" >&2; exit 2 ;; esac
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc and compute-sanitizer
-out=${OUT:-gpu-logs}
-mkdir -p "$out"
-bin=${LOOM_BUILD_DIR:-build-gpu}/tests
-failed=0 saved_failed=0
+build=${LOOM_BUILD_DIR:-build-gpu}
+logs=$build/gpu-logs bin=$build/tests
+mkdir -p "$logs/done"
+t_start=$SECONDS failed=0
 
-# step NAME COMMAND...: runs the command, its output into $out/$stage-NAME.log (and the tail on
-# the terminal), and records the exit status and the time. info NAME COMMAND...: the same, but its
-# failure does not fail the stage (what the machine has).
-summary() { echo "== summary ($out/summary.txt)"; cat "$out/summary.txt"; }
-info() { step "$@" || true; failed=$saved_failed; }
-step() {
-  saved_failed=$failed
-  local name=$1; shift
-  local log="$out/$stage-$name.log" t0=$SECONDS rc
-  echo "== $stage/$name: $*"
-  { echo "# $(date -u +%FT%TZ) $*"; "$@"; } >"$log" 2>&1
-  rc=$?
-  tail -n 25 "$log"
-  printf '%-8s %-34s rc %-3s %5ss  %s\n' "$stage" "$name" "$rc" "$((SECONDS - t0))" "$*" >>"$out/summary.txt"
-  [ $rc = 0 ] || failed=1
-  return $rc
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  tar czf "$OUT/gpu-logs.tgz.tmp" -C "$build" gpu-logs && mv "$OUT/gpu-logs.tgz.tmp" "$OUT/gpu-logs.tgz"
+  cp "$logs/summary.txt" "$OUT/summary.txt" 2>/dev/null || true
 }
+# step STAGE NAME LIMIT NEED COMMAND...: runs COMMAND under a LIMIT-second timeout when this call
+# runs STAGE and at least NEED seconds are left; its output to the step's log, the tail shown.
+step() {
+  local st=$1 name=$2 limit=$3 need=$4; shift 4
+  [ "$stage" = all ] || [ "$stage" = "$st" ] || return 0
+  [ -e "$logs/done/$name" ] && return 0
+  local left=$((deadline - (SECONDS - t_start)))
+  if [ $left -lt "$need" ]; then
+    printf '%-30s skipped: %ss left\n' "$name" "$left" >>"$logs/summary.txt"
+    return 0
+  fi
+  [ "$limit" -gt $left ] && limit=$left
+  local t0=$SECONDS rc
+  echo "== $name ($limit s): $*"
+  { echo "# $(date -u +%FT%TZ) $*"; timeout -k 5 "$limit" "$@"; } >"$logs/$name.log" 2>&1
+  rc=$?
+  tail -n 8 "$logs/$name.log"
+  printf '%-30s rc %-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$*" >>"$logs/summary.txt"
+  touch "$logs/done/$name"
+  [ $rc = 0 ] || failed=1
+  pack
+}
+peak() { sed -n 's/.*peak \([0-9.]*\) TFLOP\/s.*/\1/p' "$logs/gpt2_loom_bf16.log" 2>/dev/null | head -1; }
 
-case $stage in
-  build)
-    info machine bash -c 'nvidia-smi; nvcc --version; compute-sanitizer --version | head -2; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"'
-    step build scripts/build_cuda_ops.sh ${deps:+--deps "$deps"} || { summary; exit 1; }
-    ;;
-  test)
-    step test_cuda_ops "$bin/test_cuda_ops"
-    step test_cuda_flash_attention "$bin/test_cuda_flash_attention"
-    step debug_sync_check env LOOM_CUDA_SYNC_CHECK=1 "$bin/test_cuda_ops"
-    step memcheck compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$bin/test_cuda_ops"
-    # Catch2 test specs: one argument, comma = or (the kernels with shared memory or device-built
-    # buckets; the flash-attention kernels last, the slowest under racecheck).
-    step racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda_ops" \
-      "CUDA encoder*,CUDA layernorm*,CUDA reductions*,CUDA fused softmax*,CUDA dequantize*,CUDA KV-cache*"
-    step initcheck compute-sanitizer --tool initcheck --error-exitcode 9 "$bin/test_cuda_ops" "CUDA encoder*"
-    step memcheck_flash compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_flash_attention"
-    step train_vs_cpu_50 "$bin/compare_cuda_training" README.md 50
-    step train_vs_cpu_50_flash "$bin/compare_cuda_training" README.md 50 full 2
-    step racecheck_flash compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda_flash_attention"
-    ;;
-  bench)
-    step ops_loom "$bin/bench_cuda_ops"
-    step ops_torch python3 scripts/torch_ops_bench.py
-    # GPT-2 124M at configs/gpt2-124m.yaml's micro-batch (16 x 1024), alternated with PyTorch on
-    # the same shape; PyTorch's MFU uses the peak Loom reports, so both divide by the same figure.
-    for p in ${PRECISIONS:-bf16}; do
-      for r in $(seq 1 "${ROUNDS:-2}"); do
-        step "gpt2_loom_${p}_$r" "$bin/bench_gpt_training" --precision "$p"
-        peak=$(sed -n 's/.*peak \([0-9.]*\) TFLOP\/s.*/\1/p' "$out/bench-gpt2_loom_${p}_$r.log")
-        step "gpt2_torch_${p}_$r" python3 scripts/torch_gpt_cuda_bench.py --precision "$p" ${peak:+--peak_tflops "$peak"}
-        step "gpt2_torch_compile_${p}_$r" python3 scripts/torch_gpt_cuda_bench.py --precision "$p" --compile \
-          ${peak:+--peak_tflops "$peak"}
-      done
-    done
-    grep -h '^loom \|^torch ' "$out"/bench-gpt2_*.log >"$out/gpt2_report_lines.txt" 2>/dev/null
-    ;;
-  *) echo "gpu_check.sh: stage must be build, test or bench, not '$stage'" >&2; exit 2 ;;
-esac
-summary
+step build machine 30 10 bash -c 'nvidia-smi; nvcc --version; compute-sanitizer --version | head -2; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"'
+step build build 400 60 scripts/build_cuda_ops.sh ${deps:+--deps "$deps"}
+if [ "$stage" != build ] && [ ! -x "$bin/test_cuda_ops" ]; then
+  echo "gpu_check.sh: $bin/test_cuda_ops is not built (run the build stage first)"; pack; exit 1
+fi
+# Correctness first: every op vs the CPU, then 50 training steps vs the CPU (row attention at 4
+# heads; flash attention at 2 heads, head size 64), exit 1 past 1e-4 (fp32) or 1e-2 (bf16).
+step test test_cuda_ops 90 20 "$bin/test_cuda_ops"
+step test test_cuda_flash_attention 90 20 "$bin/test_cuda_flash_attention"
+step test train_vs_cpu_50 120 40 "$bin/compare_cuda_training" README.md 50
+step test train_vs_cpu_50_flash 120 40 "$bin/compare_cuda_training" README.md 50 full 2
+# Speed: per-op times vs PyTorch; GPT-2 124M at configs/gpt2-124m.yaml's micro-batch (16 x 1024),
+# Loom alternated with PyTorch (eager, then torch.compile), PyTorch's MFU against Loom's peak;
+# one run without the GELU epilogues (their effect on the same machine); a per-op profile.
+step bench ops_loom 60 20 "$bin/bench_cuda_ops"
+step bench ops_torch 60 20 python3 scripts/torch_ops_bench.py
+step bench gpt2_loom_bf16 90 20 "$bin/bench_gpt_training" --precision bf16
+p=$(peak)
+step bench gpt2_torch_bf16 90 30 python3 scripts/torch_gpt_cuda_bench.py --precision bf16 ${p:+--peak_tflops "$p"}
+step bench gpt2_loom_bf16_no_gelu_epilogue 90 20 env LOOM_CUDA_GELU_EPILOGUE=0 "$bin/bench_gpt_training" --precision bf16
+step bench gpt2_loom_bf16_2 90 20 "$bin/bench_gpt_training" --precision bf16
+step bench gpt2_torch_compile_bf16 150 60 python3 scripts/torch_gpt_cuda_bench.py --precision bf16 --compile \
+  ${p:+--peak_tflops "$p"}
+step bench gpt2_loom_bf16_profile 90 20 "$bin/bench_gpt_training" --precision bf16 --profile 1 --steps 10
+# Sanitizers and the debugging mode (racecheck on the kernels with shared memory or device-built
+# buckets; the flash-attention kernels last, the slowest under racecheck).
+step test memcheck 150 30 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$bin/test_cuda_ops"
+step test debug_sync_check 60 15 env LOOM_CUDA_SYNC_CHECK=1 "$bin/test_cuda_ops"
+step test racecheck 200 40 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda_ops" \
+  "CUDA encoder*,CUDA layernorm*,CUDA reductions*,CUDA fused softmax*,CUDA 16-bit: softmax*,CUDA 16-bit: matmul + GELU*,CUDA dequantize*,CUDA KV-cache*"
+step test initcheck 100 30 compute-sanitizer --tool initcheck --error-exitcode 9 "$bin/test_cuda_ops" "CUDA encoder*"
+step test memcheck_flash 120 20 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_flash_attention"
+step bench gpt2_loom_fp32 60 20 "$bin/bench_gpt_training" --precision fp32
+step bench gpt2_loom_bf16_3 60 15 "$bin/bench_gpt_training" --precision bf16
+step test racecheck_flash 200 70 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda_flash_attention"
+grep -h '^loom \|^torch ' "$logs"/gpt2_*.log >"$logs/gpt2_report_lines.txt" 2>/dev/null
+pack
+echo "== summary ($logs/summary.txt)"
+cat "$logs/summary.txt" 2>/dev/null
 exit $failed

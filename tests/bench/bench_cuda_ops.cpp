@@ -110,12 +110,34 @@ int main() {
     row_peak("bf16 matmul_backward (fc)", "dinp bf16, dW/dbias fp32",
              time_ms(g, [&] { g.matmul_backward(xb, dw, bias, bigb, xb, wb, N, C, 4 * C); }), 4.0 * N * C * 4 * C,
              peak);
+    // The MLP's fc + GELU and its backward through the GELU (cuBLASLt's GELU epilogues; the
+    // fc's output doubles as the pre-activation here, only the time matters).
+    const TypedPtr preb = g.alloc(bf, size_t(N) * 4 * C), dbigb = g.alloc(bf, size_t(N) * 4 * C);
+    row_peak("bf16 matmul_gelu_forward (fc)", "8192x768 @ 768x3072 +bias, gelu",
+             time_ms(g, [&] { g.matmul_gelu_forward(bigb, preb, xb, wb, biasb, N, C, 4 * C); }),
+             2.0 * N * C * 4 * C, peak);
+    row_peak("bf16 matmul_backward_gelu", "proj: dinp 8192x3072 * gelu'",
+             time_ms(g, [&] { g.matmul_backward_gelu(dbigb, dw, bias, xb, bigb, wb, preb, N, 4 * C, C); }),
+             4.0 * N * C * 4 * C, peak);
+    // LayerNorm's backward as the model calls it (dw, db accumulated) and its input gradient
+    // alone: in a profiled GPT-2 step (bench_gpt_training --profile 1, N 16384) it took 0.51 ms a
+    // call against 0.065 ms for fp32 at N 8192 above; these rows tell the two kernels apart.
+    row("bf16 layernorm_backward", "N 8192 x C 768, dw/db",
+        time_ms(g, [&] { g.layernorm_backward(yb, dw, bias, xb, xb, wb, mean, rstd, N, C); }), 4.0 * NC * 2, 0);
+    row("bf16 layernorm_backward", "N 8192 x C 768, dinp only",
+        time_ms(g, [&] { g.layernorm_backward(yb, nullptr, nullptr, xb, xb, wb, mean, rstd, N, C); }),
+        4.0 * NC * 2, 0);
     row_peak("bf16 attention_forward", "B 8, NH 12, T 1024, hs 64",
              time_ms(g, [&] { g.attention_forward(yb, saved, qkvb, B, T, C, NH); }), attn_flops, peak);
     row_peak("bf16 attention_backward", "B 8, NH 12, T 1024, hs 64",
              time_ms(g, [&] { g.attention_backward(dqkvb, xb, qkvb, yb, saved, B, T, C, NH); }), 2.5 * attn_flops,
              peak);
-    for (const TypedPtr& t : {xb, yb, bigb, wb, biasb, qkvb, dqkvb}) g.release(t.data);
+    const TypedPtr logitsb = g.alloc(bf, size_t(N) * Vp);
+    g.convert(logitsb, logits, size_t(N) * Vp);
+    row("bf16 softmax_crossentropy+grad", "N 8192 x Vp 50304",
+        time_ms(g, [&] { g.softmax_crossentropy(losses, logitsb, targets, N, V, Vp, 1.0f / N, true); }, 5),
+        3.0 * N * double(Vp) * 2, 0);
+    for (const TypedPtr& t : {xb, yb, bigb, wb, biasb, qkvb, dqkvb, logitsb, preb, dbigb}) g.release(t.data);
   }
   row("softmax_crossentropy+grad", "N 8192 x Vp 50304",
       time_ms(g, [&] { g.softmax_crossentropy(losses, logits, targets, N, V, Vp, 1.0f / N, true); }, 5),

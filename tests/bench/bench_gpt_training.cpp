@@ -7,7 +7,11 @@
 //
 //   bench_gpt_training [--backend cuda|cpu] [--precision fp32|bf16] [--layers 12]
 //       [--heads 12] [--d_model 768] [--vocab 50257] [--seq 1024] [--batch 16] [--accum 1]
-//       [--steps 20] [--warmup 3]
+//       [--steps 20] [--warmup 3] [--profile 0|1]
+//
+// --profile 1 wraps the backend in OpTimer (kernels/op_timer.hpp) and prints, after the timed
+// steps, the time per op summed over them. OpTimer synchronises around every op, so the step
+// times and tokens/s of such a run are not the unprofiled figures: run it separately.
 //
 // The defaults are GPT-2 124M (configs/gpt2-124m.yaml's shape and micro-batch). Prints each
 // timed step, then one line:
@@ -32,6 +36,7 @@
 #include "engine/model/param_table.hpp"
 #include "engine/optim/adamw.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/op_timer.hpp"
 #ifdef LOOM_BENCH_WITH_CUDA
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_probe.hpp"
@@ -45,13 +50,14 @@ struct Options {
   std::string backend = "cuda", precision = "bf16";
   int layers = 12, heads = 12, d_model = 768, vocab = 50257, seq = 1024, batch = 16, accum = 1;
   int steps = 20, warmup = 3;
+  bool profile = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "bench_gpt_training: %s\nusage: bench_gpt_training [--backend cuda|cpu] [--precision fp32|bf16] "
                "[--layers N] [--heads N] [--d_model N] [--vocab N] [--seq N] [--batch N] [--accum N] [--steps N] "
-               "[--warmup N]\n",
+               "[--warmup N] [--profile 0|1]\n",
                why.c_str());
   std::exit(2);
 }
@@ -82,6 +88,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--accum") o.accum = positive(flag, v);
     else if (flag == "--steps") o.steps = positive(flag, v);
     else if (flag == "--warmup") o.warmup = integer(flag, v, 0);
+    else if (flag == "--profile") o.profile = integer(flag, v, 0) != 0;
     else usage("unknown flag " + flag);
   }
   if (o.d_model % o.heads != 0) usage("--d_model must be a multiple of --heads");
@@ -125,6 +132,12 @@ int main(int argc, char** argv) {
     usage("--backend expects cuda or cpu, got '" + o.backend + "'");
   }
 
+  OpTimer* timer = nullptr;
+  if (o.profile) {
+    auto wrapped = std::make_unique<OpTimer>(std::move(be));
+    timer = wrapped.get();
+    be = std::move(wrapped);
+  }
   const GptShape shape = GptShape::make(o.layers, o.heads, o.d_model, o.vocab, o.seq);
   const ParamTable table = gpt_param_table(shape);
   std::vector<float> init(table.total());
@@ -152,6 +165,7 @@ int main(int argc, char** argv) {
   std::vector<double> step_s;
   double last_loss = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (timer && s == o.warmup) timer->reset();  // the timed steps only
     be->synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     model.zero_grads();
@@ -187,6 +201,11 @@ int main(int argc, char** argv) {
 #endif
   // A random-token model's loss starts at ~ln(V); a value far from it means a broken step.
   std::printf("final loss %.4f (ln V = %.4f)\n", last_loss, std::log(double(o.vocab)));
+  if (timer) {  // no figures line: a profiled run's step times are not the benchmark's
+    std::printf("ops over the %d timed steps (each op synchronised: not the unprofiled step time)\n%s", o.steps,
+                timer->report().c_str());
+    return 0;
+  }
   std::printf("loom tokens_per_s=%.1f tokens_per_s_max=%.1f step_ms=%.3f mfu=%.4f device_mem_mb=%.1f precision=%s "
               "params=%zu\n",
               tps, tokens_per_step / best, 1e3 * med, mfu, mem >= 0 ? double(mem) / (1 << 20) : -1.0,

@@ -41,6 +41,17 @@ assert losses and all(abs(x - math.log(300)) < 0.5 for x in losses), losses
 PY
 done
 
+# --profile 1: the per-op table over the timed steps (every op a row, a total), and no figures
+# line, since a synchronised run's step times are not the benchmark's.
+"$bench" --backend cpu --precision fp32 --layers 2 --heads 2 --d_model 64 --vocab 300 --seq 32 --batch 2 \
+  --steps 2 --warmup 1 --profile 1 >"$out" 2>&1 || fail "--profile 1 run exited $?"
+grep -q '^ops over the 2 timed steps' "$out" || fail "--profile 1: no op table"
+# 2 layers: qkv, attention proj and MLP proj per layer, and the lm head: 7 plain forward matmuls
+# a step; the fc layer and its GELU are one op (matmul_gelu_forward), once per layer.
+grep -Eq '^matmul_forward +14 ' "$out" || fail "--profile 1: matmul_forward not counted 14 times over 2 steps"
+grep -Eq '^matmul_gelu_forward +4 ' "$out" || fail "--profile 1: matmul_gelu_forward not counted 4 times over 2 steps"
+grep -Eq '^total +[0-9.]+$' "$out" || fail "--profile 1: no total"
+! grep -q '^loom ' "$out" || fail "--profile 1 printed the figures line"
 set +e
 "$bench" --backend cpu --batch 0 >"$out" 2>&1; rc=$?
 set -e
