@@ -9,8 +9,11 @@
 # not fit). Without $OUT (not under the device tool) only build-gpu/gpu-logs is written.
 # SECONDS (default 540) is a deadline: a step that would need more than what is left is skipped
 # (and says so in the summary), and every step has its own time limit, so a hung command cannot
-# eat the call. A step already run on this machine (build-gpu/gpu-logs/done/<step>) is skipped, so
-# a second call on the same warm machine carries on where the first stopped.
+# eat the call. A step already run on this machine for the same sources (its exit status in
+# build-gpu/gpu-logs/<hash of the sources>/done/<step>) is not run again, so a second call on the
+# same warm machine carries on where the first stopped; changed sources start afresh. A step cut
+# short by the deadline is not counted as run. The exit status is 1 if any step of the stages
+# asked for failed, in this call or an earlier one on the same sources, or has not run yet.
 # With `--deps DIR` the build uses a prefix made by `scripts/build_cuda_ops.sh --make-deps DIR`
 # (default .devcarry/prefix when it exists; the device tool must be told to carry it).
 set -uo pipefail
@@ -23,50 +26,64 @@ deps=
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) deps=${2:?--deps DIR}; shift 2 ;;
-    [0-9]*) deadline=$1; shift ;;
+    [0-9]|[1-9][0-9]*) deadline=$1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case $stage in all|build|test|bench) ;; *) echo "gpu_check.sh: stage must be all, build, test or bench, not '$stage'" >&2; exit 2 ;; esac
 export PATH="$PATH:/usr/local/cuda/bin"  # nvcc and compute-sanitizer
 build=${LOOM_BUILD_DIR:-build-gpu}
-logs=$build/gpu-logs bin=$build/tests
+# The sources this call checks (the device tool copies the working tree without .git).
+key=$(find CMakeLists.txt kernels engine parallel tests scripts -type f -print0 2>/dev/null | sort -z |
+  xargs -0 cat | sha1sum | cut -c1-12)
+logs=$build/gpu-logs/$key bin=$build/tests
 mkdir -p "$logs/done"
-t_start=$SECONDS failed=0
+t_start=$SECONDS
 
 pack() {
   [ -n "${OUT:-}" ] || return 0
-  tar czf "$OUT/gpu-logs.tgz.tmp" -C "$build" gpu-logs && mv "$OUT/gpu-logs.tgz.tmp" "$OUT/gpu-logs.tgz"
+  tar czf "$OUT/gpu-logs.tgz.tmp" -C "$build" "gpu-logs/$key" && mv "$OUT/gpu-logs.tgz.tmp" "$OUT/gpu-logs.tgz"
   cp "$logs/summary.txt" "$OUT/summary.txt" 2>/dev/null || true
 }
 # step STAGE NAME LIMIT NEED COMMAND...: runs COMMAND under a LIMIT-second timeout when this call
-# runs STAGE and at least NEED seconds are left; its output to the step's log, the tail shown.
+# runs STAGE and at least NEED seconds are left; its output to the step's log, the tail shown, its
+# exit status to done/NAME. Returns that status (0 when not run).
+asked=()  # the steps of the stages this call runs
 step() {
   local st=$1 name=$2 limit=$3 need=$4; shift 4
   [ "$stage" = all ] || [ "$stage" = "$st" ] || return 0
+  asked+=("$name")
   [ -e "$logs/done/$name" ] && return 0
-  local left=$((deadline - (SECONDS - t_start)))
+  local left=$((deadline - (SECONDS - t_start))) cut=0
   if [ $left -lt "$need" ]; then
     printf '%-30s skipped: %ss left\n' "$name" "$left" >>"$logs/summary.txt"
     return 0
   fi
-  [ "$limit" -gt $left ] && limit=$left
+  [ "$limit" -gt $left ] && limit=$left cut=1
   local t0=$SECONDS rc
   echo "== $name ($limit s): $*"
   { echo "# $(date -u +%FT%TZ) $*"; timeout -k 5 "$limit" "$@"; } >"$logs/$name.log" 2>&1
   rc=$?
   tail -n 8 "$logs/$name.log"
   printf '%-30s rc %-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" "$*" >>"$logs/summary.txt"
-  touch "$logs/done/$name"
-  [ $rc = 0 ] || failed=1
+  if [ $cut = 1 ] && { [ $rc = 124 ] || [ $rc = 137 ]; }; then
+    echo "(cut short by the deadline: not counted as run)" >>"$logs/summary.txt"
+  else
+    echo $rc >"$logs/done/$name"
+  fi
   pack
+  return $rc
 }
 peak() { sed -n 's/.*peak \([0-9.]*\) TFLOP\/s.*/\1/p' "$logs/gpt2_loom_bf16.log" 2>/dev/null | head -1; }
 
-step build machine 30 10 bash -c 'nvidia-smi; nvcc --version; compute-sanitizer --version | head -2; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"'
-step build build 400 60 scripts/build_cuda_ops.sh ${deps:+--deps "$deps"}
-if [ "$stage" != build ] && [ ! -x "$bin/test_cuda_ops" ]; then
-  echo "gpu_check.sh: $bin/test_cuda_ops is not built (run the build stage first)"; pack; exit 1
+# What the machine has: its failure fails nothing (informational).
+step build machine 30 10 bash -c 'nvidia-smi; nvcc --version; compute-sanitizer --version | head -2; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"' || true
+[ -e "$logs/done/machine" ] && echo 0 >"$logs/done/machine"
+if ! step build build 400 60 scripts/build_cuda_ops.sh ${deps:+--deps "$deps"} ||
+  { [ "$stage" != build ] && [ "$(cat "$logs/done/build" 2>/dev/null)" != 0 ]; }; then
+  echo "gpu_check.sh: the build of these sources failed or has not run (build-gpu/gpu-logs/$key/build.log)"
+  pack
+  exit 1
 fi
 # Correctness first: every op vs the CPU, then 50 training steps vs the CPU (row attention at 4
 # heads; flash attention at 2 heads, head size 64), exit 1 past 1e-4 (fp32) or 1e-2 (bf16).
@@ -99,6 +116,16 @@ step bench gpt2_loom_fp32 60 20 "$bin/bench_gpt_training" --precision fp32
 step bench gpt2_loom_bf16_3 60 15 "$bin/bench_gpt_training" --precision bf16
 step test racecheck_flash 200 70 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_cuda_flash_attention"
 grep -h '^loom \|^torch ' "$logs"/gpt2_*.log >"$logs/gpt2_report_lines.txt" 2>/dev/null
+# The verdict over every step asked for, this call's and earlier calls' on the same sources.
+failed=0 missing=()
+for name in "${asked[@]}"; do
+  if [ ! -e "$logs/done/$name" ]; then missing+=("$name")
+  elif [ "$(cat "$logs/done/$name")" != 0 ]; then failed=1; fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "not run yet (call again on the warm machine): ${missing[*]}" >>"$logs/summary.txt"
+  failed=1
+fi
 pack
 echo "== summary ($logs/summary.txt)"
 cat "$logs/summary.txt" 2>/dev/null

@@ -57,8 +57,13 @@ def main():
     qb, kb, vb = (t.bfloat16() for t in (q, k, v))
     # bf16 through two of scaled_dot_product_attention's fused backends: FlashAttention-2 (the
     # issue's yardstick) and cuDNN's fused attention (the alternative the issue names for Loom).
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backends = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
+    except ImportError:  # PyTorch before 2.3
+        print("attention (bf16): torch.nn.attention.sdpa_kernel not in this PyTorch")
+        backends = ()
+    for label, backend in backends:
         try:
             with sdpa_kernel(backend):
                 row(f"attention_forward (bf16 {label})", "B 8, NH 12, T 1024, hs 64",

@@ -5,6 +5,7 @@
 // one stream; reductions are deterministic. The offload staging copies (copy_to_host_async,
 // copy_from_host_async) run on a second stream, ordered against the first by events. Builds
 // with only the CUDA toolkit.
+#include <cstddef>
 #include <memory>
 
 #include "kernels/backend.hpp"
@@ -21,6 +22,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // reason in `error` (at least 512 bytes).
 extern "C" loom::Backend* loom_cuda_create_backend(int device, char* error, int error_size);
 
-namespace loom {
+namespace loom::cuda {
 
-}  // namespace loom
+// How many matmuls have run with a GELU epilogue (matmul_gelu_forward, matmul_backward_gelu
+// fused) in this process: the tests check the fused path is taken exactly where it should be.
+size_t gelu_epilogue_matmuls();
+
+}  // namespace loom::cuda

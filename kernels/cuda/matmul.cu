@@ -24,12 +24,14 @@
 // fp32 precision, and fp32 runs are the reference. LOOM_CUDA_GELU_EPILOGUE=0 turns the fusion off
 // (to measure it); a shape or alignment the epilogues cannot take falls back to the two ops.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
 
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -72,6 +74,8 @@ struct LtDescriptors {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+std::atomic<size_t> g_gelu_epilogue_matmuls{0};  // gelu_epilogue_matmuls()
 
 // A GELU epilogue and its aux matrix (m x n, ld m, of D's type): the pre-activation written by
 // the forward, read by the backward.
@@ -145,6 +149,7 @@ bool gemm(cublasLtHandle_t lt, Workspace ws, DT* D, const S* A, bool transA, int
   const float alpha = 1.0f;
   LOOM_CUDA_CHECK(
       cublasLtMatmul(lt, d.op, &alpha, A, d.la, B, d.lb, &beta, D, d.ld, D, d.ld, &heur.algo, ws.ptr, limit, stream));
+  if (gelu.mode != Gelu::None) g_gelu_epilogue_matmuls.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -226,6 +231,8 @@ void matmul_backward(TypedPtr dinp, float* dw, float* dbias, ConstTypedPtr dout,
     if (dbias) column_sums_add(dbias, act<S>(dout), N, OC, ws, stream);
   });
 }
+
+size_t gelu_epilogue_matmuls() { return g_gelu_epilogue_matmuls.load(std::memory_order_relaxed); }
 
 void matmul_gelu_forward(TypedPtr out, TypedPtr pre, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr bias, int N,
                          int C, int OC, Context& ctx) {

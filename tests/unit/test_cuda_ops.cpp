@@ -107,6 +107,7 @@ TEST_CASE("CUDA matmul + GELU pairs in fp32 equal the two ops") {
     Pair inp(cpu, gpu, randn(size_t(N) * C, 30)), w(cpu, gpu, randn(size_t(OC) * C, 31, 0.1f)),
         bias(cpu, gpu, randn(size_t(OC), 32)), out(cpu, gpu, randn(size_t(N) * OC, 33)),
         pre(cpu, gpu, randn(size_t(N) * OC, 34));
+    const size_t fused0 = cuda::gelu_epilogue_matmuls();
     cpu.matmul_gelu_forward(out.c, pre.c, inp.c, w.c, with_bias ? bias.c : nullptr, N, C, OC);
     gpu.matmul_gelu_forward(out.g, pre.g, inp.g, w.g, with_bias ? bias.g : nullptr, N, C, OC);
     pre.check("matmul_gelu_forward pre");
@@ -120,6 +121,7 @@ TEST_CASE("CUDA matmul + GELU pairs in fp32 equal the two ops") {
     dinp.check("matmul_backward_gelu dinp");
     dw.check("matmul_backward_gelu dw (accumulated)");
     dbias.check("matmul_backward_gelu dbias (accumulated)");
+    CHECK(cuda::gelu_epilogue_matmuls() == fused0);  // no epilogue in fp32, aligned as it all is
   }
 }
 
@@ -184,9 +186,18 @@ TEST_CASE("CUDA fused softmax cross-entropy, whole and vocab-parallel, padding a
   for (const auto& [v, vp, misalign] : {std::tuple<int, int, size_t>{V, Vp, 0}, {V, 130, 0}, {V, Vp, 1},
                                         {3001, 3008, 0}, {3001, 3008, 3}}) {
     INFO("V " << v << ", Vp " << vp << ", misaligned by " << misalign << " floats");
-    Pair logits(cpu, gpu, randn(size_t(N) * vp, 50, 4.0f), misalign), losses(cpu, gpu, std::vector<float>(N));
-    cpu.softmax_crossentropy(losses.c, logits.c, targets.c, N, v, vp, 0.25f, true);
-    gpu.softmax_crossentropy(losses.g, logits.g, targets.g, N, v, vp, 0.25f, true);
+    // Row 0's target is the last real column (past the whole 16-byte accesses when V is not a
+    // multiple of 4); row 1 has -inf logits in its first half (masked columns: whole accesses
+    // and whole threads with nothing but -inf), its target past them.
+    std::vector<int32_t> t(tgt);
+    t[0] = v - 1;
+    t[1] = v / 2 + 1;
+    IntPair tcase(cpu, gpu, t);
+    std::vector<float> init = randn(size_t(N) * vp, 50, 4.0f);
+    for (int j = 0; j < v / 2; ++j) init[size_t(vp) + size_t(j)] = -INFINITY;
+    Pair logits(cpu, gpu, init, misalign), losses(cpu, gpu, std::vector<float>(N));
+    cpu.softmax_crossentropy(losses.c, logits.c, tcase.c, N, v, vp, 0.25f, true);
+    gpu.softmax_crossentropy(losses.g, logits.g, tcase.g, N, v, vp, 0.25f, true);
     losses.check("softmax_crossentropy losses");
     logits.check("softmax_crossentropy dlogits (padding zero)");
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "tests/unit/cuda_ops_pairs.hpp"
 #include "tests/unit/normal_samples.hpp"
 
@@ -151,49 +152,70 @@ TEST_CASE("CUDA 16-bit: matmul through cuBLASLt (16-bit A/B, fp32 compute, fp32 
   }
 }
 
-// The MLP's linear layer + GELU through cuBLASLt's GELU_AUX[_BIAS] and DGELU epilogues (OC a
-// multiple of 8, views 16-byte aligned), and through the two-op fallback (OC 44, or a view 2
-// bytes off). The reference is the CPU's two ops in fp32 on the same 16-bit inputs.
+// The MLP's linear layer + GELU through cuBLASLt's GELU_AUX[_BIAS] and DGELU epilogues and
+// through the two-op fallback. The reference is the CPU's two ops in fp32 on the same 16-bit
+// inputs. Which path ran is checked too (gelu_epilogue_matmuls): the epilogue exactly when the
+// width is a multiple of 8 and every tensor it touches (out, pre, bias; dinp, pre) is 16-byte
+// aligned, whatever N is; otherwise the two ops.
 TEST_CASE("CUDA 16-bit: matmul + GELU pairs, fused through cuBLASLt epilogues and not") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  struct Case {
+    int N, C, OC;
+    size_t mis, mis_bias, mis_pre;  // 16-bit elements: 1 makes a view only 2-byte aligned
+  };
+  const Case cases[] = {
+      {64, 96, 256, 0, 0, 0},  // fused
+      {19, 96, 256, 0, 0, 0},  // fused: N needs no alignment
+      {19, 33, 44, 0, 0, 0},   // width 44: the two ops
+      {64, 96, 256, 1, 1, 1},  // every view misaligned: the two ops
+      {64, 96, 256, 0, 1, 0},  // the bias alone misaligned: forward unfused, backward fused
+      {64, 96, 256, 0, 0, 1},  // the pre-activation alone misaligned: neither fused
+  };
   for (DType dt : k16BitTypes) {
     const double u = unit_roundoff(dt);
-    for (auto [N, C, OC] : {std::tuple{64, 96, 256}, std::tuple{19, 33, 44}}) {
-      for (size_t mis : {size_t(0), size_t(1)}) {
-        for (bool with_bias : {true, false}) {
-          INFO("N " << N << " C " << C << " OC " << OC << ", misaligned by " << mis << ", bias " << with_bias);
-          Act16 inp(cpu, gpu, dt, randn(size_t(N) * C, 30), mis), w(cpu, gpu, dt, randn(size_t(OC) * C, 31, 0.1f), mis),
-              bias(cpu, gpu, dt, randn(size_t(OC), 32), mis), out(cpu, gpu, dt, randn(size_t(N) * OC, 33), mis),
-              pre(cpu, gpu, dt, randn(size_t(N) * OC, 34), mis);
-          cpu.matmul_gelu_forward(out.c, pre.c, inp.c, w.c, with_bias ? bias.c : nullptr, N, C, OC);
-          gpu.matmul_gelu_forward(out.g, pre.g, inp.g, w.g, with_bias ? TypedPtr(bias.g) : TypedPtr(), N, C, OC);
-          pre.check("matmul_gelu_forward pre", 2 * u, 2 * u);  // as matmul_forward
-          // Fused, gelu is taken of the unrounded pre-activation (|gelu'| <= 1.13) and rounded
-          // once; 2e-3 more for a GELU epilogue whose tanh is an approximation (tanh.approx.f32 is
-          // within 2^-10.7 absolute: times |x| / 2 <= 2.5). A wiring error (a transposed operand,
-          // a lost bias, the wrong aux matrix) is off by O(1).
-          out.check("matmul_gelu_forward out", 3 * u + 2e-3, 2 * u);
-          // Backward through the GELU from a fresh 16-bit pre-activation (the same on both sides):
-          // dinp (N, OC) = (dout @ w2) * gelu'(pre), dout (N, C), w2 (C, OC).
-          // The layer's input x2 and the pre-activation p2 are fresh 16-bit tensors, the same
-          // values on both sides.
-          Act16 p2(cpu, gpu, dt, randn(size_t(N) * OC, 40), mis), x2(cpu, gpu, dt, randn(size_t(N) * OC, 41), mis),
-              dout(cpu, gpu, dt, randn(size_t(N) * C, 35), mis), w2(cpu, gpu, dt, randn(size_t(C) * OC, 36, 0.1f), mis),
-              dinp(cpu, gpu, dt, randn(size_t(N) * OC, 37), mis);
-          Pair dw(cpu, gpu, randn(size_t(C) * OC, 38), mis), dbias(cpu, gpu, randn(size_t(C), 39), mis);
-          cpu.matmul_backward_gelu(dinp.c, dw.c, with_bias ? dbias.c : nullptr, dout.c, x2.c, w2.c, p2.c, N, OC, C);
-          gpu.matmul_backward_gelu(dinp.g, dw.g, with_bias ? dbias.g : nullptr, dout.g, x2.g, w2.g, p2.g, N, OC, C);
-          // (dout @ w2) sums C <= 96 products of ~0.1 (scale ~1), times gelu' <= 1.13, rounded
-          // once (fused) or twice (not); the same 2e-3 for an approximate tanh in gelu'.
-          dinp.check("matmul_backward_gelu dinp", 4 * u + 2e-3, 2 * u);
-          // dW and dbias as matmul_backward's (its test explains the tolerances).
-          std::vector<float> gw(dw.n), cw(dw.n);
-          gpu.download(gw.data(), dw.g, dw.n);
-          cpu.download(cw.data(), dw.c, dw.n);
-          expect_close(std::string(dtype_name(dt)) + " matmul_backward_gelu dw (fp32, accumulated)", gw.data(),
-                       cw.data(), dw.n, 2e-3, kTol);
-          dbias.check("matmul_backward_gelu dbias (fp32, accumulated)");
-        }
+    for (const Case& k : cases) {
+      const int N = k.N, C = k.C, OC = k.OC;
+      const size_t mis = k.mis;
+      for (bool with_bias : {true, false}) {
+        INFO("N " << N << " C " << C << " OC " << OC << ", misaligned: all " << mis << ", bias " << k.mis_bias
+                  << ", pre " << k.mis_pre << "; with bias " << with_bias);
+        Act16 inp(cpu, gpu, dt, randn(size_t(N) * C, 30), mis), w(cpu, gpu, dt, randn(size_t(OC) * C, 31, 0.1f), mis),
+            bias(cpu, gpu, dt, randn(size_t(OC), 32), mis + k.mis_bias),
+            out(cpu, gpu, dt, randn(size_t(N) * OC, 33), mis), pre(cpu, gpu, dt, randn(size_t(N) * OC, 34), mis + k.mis_pre);
+        const bool width_ok = OC % 8 == 0 && mis == 0 && k.mis_pre == 0;
+        const size_t fused0 = cuda::gelu_epilogue_matmuls();
+        cpu.matmul_gelu_forward(out.c, pre.c, inp.c, w.c, with_bias ? bias.c : nullptr, N, C, OC);
+        gpu.matmul_gelu_forward(out.g, pre.g, inp.g, w.g, with_bias ? TypedPtr(bias.g) : TypedPtr(), N, C, OC);
+        const bool fwd_fused = width_ok && (!with_bias || k.mis_bias == 0);
+        CHECK(cuda::gelu_epilogue_matmuls() - fused0 == (fwd_fused ? 1u : 0u));
+        pre.check("matmul_gelu_forward pre", 2 * u, 2 * u);  // as matmul_forward
+        // Fused, gelu is taken of the unrounded pre-activation (|gelu'| <= 1.13) and rounded
+        // once; 2e-3 more for a GELU epilogue whose tanh is an approximation (tanh.approx.f32 is
+        // within 2^-10.7 absolute: times |x| / 2 <= 2.5). A wiring error (a transposed operand,
+        // a lost bias, the wrong aux matrix) is off by O(1). (The allowance would also pass
+        // erf's GELU, within ~1e-3 of tanh's.)
+        out.check("matmul_gelu_forward out", 3 * u + 2e-3, 2 * u);
+        // Backward through the GELU: dinp (N, OC) = (dout @ w2) * gelu'(p2), dout (N, C), w2
+        // (C, OC). The layer's input x2 and the pre-activation p2 are fresh 16-bit tensors, the
+        // same values on both sides.
+        Act16 p2(cpu, gpu, dt, randn(size_t(N) * OC, 40), mis + k.mis_pre),
+            x2(cpu, gpu, dt, randn(size_t(N) * OC, 41), mis), dout(cpu, gpu, dt, randn(size_t(N) * C, 35), mis),
+            w2(cpu, gpu, dt, randn(size_t(C) * OC, 36, 0.1f), mis), dinp(cpu, gpu, dt, randn(size_t(N) * OC, 37), mis);
+        Pair dw(cpu, gpu, randn(size_t(C) * OC, 38), mis), dbias(cpu, gpu, randn(size_t(C), 39), mis);
+        const size_t fused1 = cuda::gelu_epilogue_matmuls();
+        cpu.matmul_backward_gelu(dinp.c, dw.c, with_bias ? dbias.c : nullptr, dout.c, x2.c, w2.c, p2.c, N, OC, C);
+        gpu.matmul_backward_gelu(dinp.g, dw.g, with_bias ? dbias.g : nullptr, dout.g, x2.g, w2.g, p2.g, N, OC, C);
+        CHECK(cuda::gelu_epilogue_matmuls() - fused1 == (width_ok ? 1u : 0u));
+        // (dout @ w2) sums C <= 96 products of ~0.1 (scale ~1), times gelu' <= 1.13, rounded
+        // once (fused) or twice (not); the same 2e-3 for an approximate tanh in gelu'.
+        dinp.check("matmul_backward_gelu dinp", 4 * u + 2e-3, 2 * u);
+        // dW and dbias as matmul_backward's (its test explains the tolerances).
+        std::vector<float> gw(dw.n), cw(dw.n);
+        gpu.download(gw.data(), dw.g, dw.n);
+        cpu.download(cw.data(), dw.c, dw.n);
+        expect_close(std::string(dtype_name(dt)) + " matmul_backward_gelu dw (fp32, accumulated)", gw.data(),
+                     cw.data(), dw.n, 2e-3, kTol);
+        dbias.check("matmul_backward_gelu dbias (fp32, accumulated)");
       }
     }
   }
