@@ -91,19 +91,26 @@ step test test_cuda_ops 90 20 "$bin/test_cuda_ops"
 step test test_cuda_flash_attention 90 20 "$bin/test_cuda_flash_attention"
 step test train_vs_cpu_50 120 40 "$bin/compare_cuda_training" README.md 50
 step test train_vs_cpu_50_flash 120 40 "$bin/compare_cuda_training" README.md 50 full 2
+# LayerNorm's `vector` backward kernels (written without a GPU; test_cuda_ops covers both kernel
+# sets op by op): the same 50 steps on them.
+step test train_vs_cpu_50_ln_vector 120 40 env LOOM_CUDA_LAYERNORM_BACKWARD=vector "$bin/compare_cuda_training" README.md 50
 # Speed: per-op times vs PyTorch; GPT-2 124M at configs/gpt2-124m.yaml's micro-batch (16 x 1024),
 # Loom alternated with PyTorch (eager, then torch.compile), PyTorch's MFU against Loom's peak;
-# one run without the GELU epilogues (their effect on the same machine); a per-op profile.
+# one run without the GELU epilogues (their effect on the same machine), one on LayerNorm's
+# `vector` backward kernels; a per-op profile of each.
 step bench ops_loom 60 20 "$bin/bench_cuda_ops"
 step bench ops_torch 60 20 python3 scripts/torch_ops_bench.py
 step bench gpt2_loom_bf16 90 20 "$bin/bench_gpt_training" --precision bf16
 p=$(peak)
+step bench gpt2_loom_bf16_ln_vector 90 20 env LOOM_CUDA_LAYERNORM_BACKWARD=vector "$bin/bench_gpt_training" --precision bf16
 step bench gpt2_torch_bf16 90 30 python3 scripts/torch_gpt_cuda_bench.py --precision bf16 ${p:+--peak_tflops "$p"}
 step bench gpt2_loom_bf16_no_gelu_epilogue 90 20 env LOOM_CUDA_GELU_EPILOGUE=0 "$bin/bench_gpt_training" --precision bf16
 step bench gpt2_loom_bf16_2 90 20 "$bin/bench_gpt_training" --precision bf16
 step bench gpt2_torch_compile_bf16 150 60 python3 scripts/torch_gpt_cuda_bench.py --precision bf16 --compile \
   ${p:+--peak_tflops "$p"}
 step bench gpt2_loom_bf16_profile 90 20 "$bin/bench_gpt_training" --precision bf16 --profile 1 --steps 10
+step bench gpt2_loom_bf16_profile_ln_vector 90 20 env LOOM_CUDA_LAYERNORM_BACKWARD=vector \
+  "$bin/bench_gpt_training" --precision bf16 --profile 1 --steps 10
 # Sanitizers and the debugging mode (racecheck on the kernels with shared memory or device-built
 # buckets; the flash-attention kernels last, the slowest under racecheck).
 step test memcheck 150 30 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$bin/test_cuda_ops"

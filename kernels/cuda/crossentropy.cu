@@ -62,33 +62,6 @@ __device__ void write_grad(S* row, int v_real, int width, int target, float lse,
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// W consecutive elements of a row through one access (W = 16 bytes / element size when the row
-// allows it, else 1).
-template <typename S, int W>
-__device__ __forceinline__ void load_w(float (&x)[W], const S* p) {
-  if constexpr (W == 1) {
-    x[0] = load(*p);
-  } else {
-    static_assert(W * sizeof(S) == 16, "a vector access is 16 bytes");
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    S v[W];
-    memcpy(v, &raw, 16);
-    for (int k = 0; k < W; ++k) x[k] = load(v[k]);
-  }
-}
-template <typename S, int W>
-__device__ __forceinline__ void store_w(S* p, const float (&x)[W]) {
-  if constexpr (W == 1) {
-    *p = store<S>(x[0]);
-  } else {
-    S v[W];
-    for (int k = 0; k < W; ++k) v[k] = store<S>(x[k]);
-    uint4 raw;
-    memcpy(&raw, v, 16);
-    *reinterpret_cast<uint4*>(p) = raw;
-  }
-}
-
 // The running (max, sum of exp(x - max)) of a set of values, in base 2 inside (exp2f of a
 // product with log2(e): one FFMA and one ex2 per element).
 struct OnlineSum {
@@ -193,7 +166,7 @@ void softmax_crossentropy(float* losses, TypedPtr logits, const int32_t* targets
   if (N == 0) return;
   dispatch_act("softmax_crossentropy", dt, [&](auto tag) {
     using S = decltype(tag);
-    constexpr int kVec = int(16 / sizeof(S));
+    constexpr int kVec = vector_width<S>();
     S* p = act_mut<S>(logits);
     if (reinterpret_cast<uintptr_t>(p) % 16 == 0 && Vp % kVec == 0)
       softmax_ce_kernel<S, kVec><<<N, kThreads, 0, ctx.stream>>>(losses, p, targets, V, Vp, dloss, write_grad);

@@ -28,4 +28,17 @@ namespace loom::cuda {
 // fused) in this process: the tests check the fused path is taken exactly where it should be.
 size_t gelu_epilogue_matmuls();
 
+// The kernels behind layernorm_backward. `rows` (layernorm.cu): a warp per row, 64 row groups of
+// one-element column sums; run and timed on an H100, the default. `vector`
+// (layernorm_backward_vec.cu): 16-byte accesses and 8 warps a block over the rows, for the DRAM
+// latency that left `rows` at 0.51 ms a call in the GPT-2 step; not yet run on a GPU. A process
+// starts with `vector` when LOOM_CUDA_LAYERNORM_BACKWARD=vector, `rows` when it is unset or
+// "rows" (anything else: std::runtime_error naming the variable, at the first call).
+enum class LayerNormBackwardKernels { rows, vector };
+LayerNormBackwardKernels layernorm_backward_kernels();
+void set_layernorm_backward_kernels(LayerNormBackwardKernels kernels);  // for this process, from now on
+// How many layernorm_backward calls have run the `vector` kernels with 16-byte accesses (not
+// their one-element fallback) in this process: the tests check which path ran.
+size_t layernorm_backward_vector_calls();
+
 }  // namespace loom::cuda

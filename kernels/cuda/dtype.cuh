@@ -9,9 +9,13 @@
 //                                  fp32/bf16/fp16).
 //   dispatch_act(op, dtype, f)     f(T{}) for the storage type T of that dtype.
 //   act<T>(p), act_mut<T>(p)       the typed pointer as T* (null stays null).
+//   load_w<T, W>, store_w<T, W>    W consecutive elements through one 16-byte access (W = 16 /
+//                                  sizeof(T)), or one element (W = 1); vector_width<T>() is W.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +35,38 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <>
 __device__ __forceinline__ __half store<__half>(float x) { return __float2half_rn(x); }
+
+// The elements of storage type S in one 16-byte access.
+template <typename S>
+constexpr int vector_width() {
+  return int(16 / sizeof(S));
+}
+
+// W consecutive elements through one access: W = vector_width<S>() (p 16-byte aligned), or 1.
+template <typename S, int W>
+__device__ __forceinline__ void load_w(float (&x)[W], const S* p) {
+  if constexpr (W == 1) {
+    x[0] = load(*p);
+  } else {
+    static_assert(W * sizeof(S) == 16, "a vector access is 16 bytes");
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    S v[W];
+    memcpy(v, &raw, 16);
+    for (int k = 0; k < W; ++k) x[k] = load(v[k]);
+  }
+}
+template <typename S, int W>
+__device__ __forceinline__ void store_w(S* p, const float (&x)[W]) {
+  if constexpr (W == 1) {
+    *p = store<S>(x[0]);
+  } else {
+    S v[W];
+    for (int k = 0; k < W; ++k) v[k] = store<S>(x[k]);
+    uint4 raw;
+    memcpy(&raw, v, 16);
+    *reinterpret_cast<uint4*>(p) = raw;
+  }
+}
 
 // The cuBLASLt / CUDA data type of a storage type.
 template <typename T>

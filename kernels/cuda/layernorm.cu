@@ -2,7 +2,14 @@
 // Tensors in the compute dtype, mean/rstd and the dw/db sums in fp32; all arithmetic in fp32.
 // Forward and the input gradient: one warp per row. Weight and bias gradients: rows split into
 // kGroups fixed groups, each group's partial column sums written to the workspace, then summed
-// over the groups in order: deterministic.
+// over the groups in order: deterministic. LOOM_CUDA_LAYERNORM_BACKWARD=vector (or
+// set_layernorm_backward_kernels) sends the backward to layernorm_backward_vec.cu instead.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -88,7 +95,32 @@ __global__ void sum_groups_kernel(float* dw, float* db, const float* part_w, con
   db[c] += sb;
 }
 
+// -1 until the first call reads LOOM_CUDA_LAYERNORM_BACKWARD, then a LayerNormBackwardKernels.
+std::atomic<int> g_backward_kernels{-1};
+
 }  // namespace
+
+LayerNormBackwardKernels layernorm_backward_kernels() {
+  int k = g_backward_kernels.load(std::memory_order_relaxed);
+  if (k < 0) {
+    const char* v = std::getenv("LOOM_CUDA_LAYERNORM_BACKWARD");
+    if (!v || !*v || std::strcmp(v, "rows") == 0)
+      k = int(LayerNormBackwardKernels::rows);
+    else if (std::strcmp(v, "vector") == 0)
+      k = int(LayerNormBackwardKernels::vector);
+    else
+      throw std::runtime_error(std::string("LOOM_CUDA_LAYERNORM_BACKWARD is '") + v +
+                               "': expected 'rows' (the default) or 'vector'");
+    int unset = -1;
+    g_backward_kernels.compare_exchange_strong(unset, k);  // a set_ from another thread wins
+    k = g_backward_kernels.load(std::memory_order_relaxed);
+  }
+  return LayerNormBackwardKernels(k);
+}
+
+void set_layernorm_backward_kernels(LayerNormBackwardKernels kernels) {
+  g_backward_kernels.store(int(kernels), std::memory_order_relaxed);
+}
 
 void layernorm_forward(TypedPtr out, float* mean, float* rstd, ConstTypedPtr inp, ConstTypedPtr w, ConstTypedPtr b,
                        int N, int C, Context& ctx) {
@@ -104,6 +136,8 @@ void layernorm_forward(TypedPtr out, float* mean, float* rstd, ConstTypedPtr inp
 
 void layernorm_backward(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp, ConstTypedPtr w,
                         const float* mean, const float* rstd, int N, int C, Context& ctx) {
+  if (layernorm_backward_kernels() == LayerNormBackwardKernels::vector)
+    return layernorm_backward_vector(dinp, dw, db, dout, inp, w, mean, rstd, N, C, ctx);
   const DType dt = act_dtype("layernorm_backward", dinp, dout, inp, w);
   const size_t need = size_t(2) * kGroups * C * sizeof(float);  // the partial sums of dw and db
   const Workspace ws = ctx.workspace(need);

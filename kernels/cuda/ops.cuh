@@ -84,5 +84,12 @@ class Context {
 //                 flash_attention_fma.cu / flash_attention_mma.cu (flash_attention.cuh).
 //   reduce.cu     sum and sum_squares in double over a fixed grid; they return the result, so
 //                 they synchronise the stream.
+//   layernorm.cu  backward: its own kernels, or layernorm_backward_vector (below) when
+//                 layernorm_backward_kernels() (cuda_backend.hpp) says `vector`.
+
+// layernorm_backward on the kernels of layernorm_backward_vec.cu (same contract).
+void layernorm_backward_vector(TypedPtr dinp, float* dw, float* db, ConstTypedPtr dout, ConstTypedPtr inp,
+                               ConstTypedPtr w, const float* mean, const float* rstd, int N, int C,
+                               Context& ctx);
 
 }  // namespace loom::cuda

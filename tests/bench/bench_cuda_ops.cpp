@@ -74,6 +74,10 @@ int main() {
   for (size_t i = 0; i < host.size(); ++i) host[i] = float((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
   g.upload(qkv, host.data(), host.size());
   g.upload(x, host.data(), NC);
+  // Weights and biases of the same values, not whatever the allocation held (zeros, as a rule:
+  // tensor cores multiplying zeros draw less power and can run faster than on real data).
+  g.upload(w, host.data() + NC, size_t(4) * C * C);
+  g.upload(bias, host.data() + NC + size_t(4) * C * C, size_t(4) * C);
   std::vector<int32_t> tg(static_cast<size_t>(N));
   for (int i = 0; i < N; ++i) tg[size_t(i)] = (i * 7919) % V;
   g.upload_i32(targets, tg.data(), tg.size());
@@ -104,6 +108,8 @@ int main() {
                    qkvb = g.alloc(bf, size_t(N) * 3 * C), dqkvb = g.alloc(bf, size_t(N) * 3 * C);
     g.convert(qkvb, qkv, size_t(N) * 3 * C);
     g.convert(xb, x, NC);
+    g.convert(wb, w, size_t(4) * C * C);
+    g.convert(biasb, bias, size_t(4) * C);
     const double peak = g.peak_flops(bf);
     row_peak("bf16 matmul_forward (fc)", "8192x768 @ 768x3072 +bias",
              time_ms(g, [&] { g.matmul_forward(bigb, xb, wb, biasb, N, C, 4 * C); }), 2.0 * N * C * 4 * C, peak);
@@ -127,6 +133,43 @@ int main() {
     row("bf16 layernorm_backward", "N 8192 x C 768, dinp only",
         time_ms(g, [&] { g.layernorm_backward(yb, nullptr, nullptr, xb, xb, wb, mean, rstd, N, C); }),
         4.0 * NC * 2, 0);
+    // The same rows read one tensor as both dout and inp, 12.6 MB that stay in the 50 MB L2. The
+    // step's call has N 16384 and three distinct tensors from DRAM: here four sets of them (300
+    // MB) taken in turn, on both kernel sets (cuda_backend.hpp: rows is the default; vector has
+    // 16-byte accesses and more loads in flight). Bytes: dinp read and written, dout and inp read
+    // by each of the two kernels (the input gradient alone: 4 tensors' worth).
+    {
+      const int N2 = 2 * N;
+      const size_t NC2 = size_t(N2) * C;
+      struct Set { TypedPtr dinp, dout, inp; float *mean, *rstd; };
+      std::vector<Set> sets(4);
+      for (Set& st : sets) {
+        st = {g.alloc(bf, NC2), g.alloc(bf, NC2), g.alloc(bf, NC2), g.alloc(size_t(N2)), g.alloc(size_t(N2))};
+        for (const TypedPtr& t : {st.dinp, st.dout, st.inp}) g.convert(t, qkv, NC2);  // N x 3C >= N2 x C
+        g.upload(st.mean, host.data(), size_t(N2));
+        g.upload(st.rstd, host.data() + N2, size_t(N2));
+      }
+      size_t turn = 0;
+      const cuda::LayerNormBackwardKernels start = cuda::layernorm_backward_kernels();
+      for (auto kernels : {cuda::LayerNormBackwardKernels::rows, cuda::LayerNormBackwardKernels::vector}) {
+        cuda::set_layernorm_backward_kernels(kernels);
+        const bool vector = kernels == cuda::LayerNormBackwardKernels::vector;
+        for (bool with_dw : {true, false}) {
+          const double ms = time_ms(g, [&] {
+            const Set& st = sets[turn++ % sets.size()];
+            g.layernorm_backward(st.dinp, with_dw ? dw : nullptr, with_dw ? bias : nullptr, st.dout, st.inp, wb,
+                                 st.mean, st.rstd, N2, C);
+          });
+          row(vector ? "bf16 layernorm_backward vector" : "bf16 layernorm_backward rows",
+              with_dw ? "N 16384 x C 768 cold, dw/db" : "N 16384 x C 768 cold, dinp", ms,
+              (with_dw ? 6.0 : 4.0) * NC2 * 2, 0);
+        }
+      }
+      cuda::set_layernorm_backward_kernels(start);
+      for (const Set& st : sets)
+        for (void* p : {st.dinp.data, st.dout.data, st.inp.data, static_cast<void*>(st.mean), static_cast<void*>(st.rstd)})
+          g.release(p);
+    }
     row_peak("bf16 attention_forward", "B 8, NH 12, T 1024, hs 64",
              time_ms(g, [&] { g.attention_forward(yb, saved, qkvb, B, T, C, NH); }), attn_flops, peak);
     row_peak("bf16 attention_backward", "B 8, NH 12, T 1024, hs 64",

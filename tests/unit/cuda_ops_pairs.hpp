@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 
 namespace loom::cuda_test {
 
@@ -176,5 +177,11 @@ struct Act16 {
 };
 
 inline const DType k16BitTypes[] = {DType::bf16, DType::f16};
+
+// Puts back the process's LayerNorm backward kernels when a test that switches them ends.
+struct LayerNormBackwardKernelsRestored {
+  const cuda::LayerNormBackwardKernels start = cuda::layernorm_backward_kernels();
+  ~LayerNormBackwardKernelsRestored() { cuda::set_layernorm_backward_kernels(start); }
+};
 
 }  // namespace loom::cuda_test

@@ -54,24 +54,44 @@ TEST_CASE("CUDA encoder forward/backward (vocab-parallel slice, repeated tokens)
   }
 }
 
+// Both kernel sets of the backward (cuda::LayerNormBackwardKernels): `vector` takes 16-byte
+// accesses where C is a multiple of 4 floats and every view is 16-byte aligned (checked through
+// its call counter), one element at a time otherwise (C 45, views misaligned by one float); N
+// 2100 gives its dw/db kernel more rows than one pass of its 128 row groups of 8 warps covers.
 TEST_CASE("CUDA layernorm forward/backward") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
-  for (auto [N, C] : {std::pair{17, 45}, std::pair{130, 768}}) {
-    Pair inp(cpu, gpu, randn(size_t(N) * C, 10, 2.0f)), w(cpu, gpu, randn(size_t(C), 11)), b(cpu, gpu, randn(size_t(C), 12));
+  using cuda::LayerNormBackwardKernels;
+  const LayerNormBackwardKernelsRestored restore;
+  for (LayerNormBackwardKernels kernels : {LayerNormBackwardKernels::rows, LayerNormBackwardKernels::vector}) {
+   cuda::set_layernorm_backward_kernels(kernels);
+   const bool vector = kernels == LayerNormBackwardKernels::vector;
+   for (auto [N, C, mis] : {std::tuple{17, 45, 0}, std::tuple{130, 768, 0}, std::tuple{130, 768, 1},
+                            std::tuple{2100, 96, 0}}) {
+    INFO((vector ? "vector" : "rows") << " kernels, N " << N << ", C " << C << ", views misaligned by " << mis);
+    Pair inp(cpu, gpu, randn(size_t(N) * C, 10, 2.0f), mis), w(cpu, gpu, randn(size_t(C), 11), mis),
+        b(cpu, gpu, randn(size_t(C), 12), mis);
     // Outputs start as random values: an op that accumulated instead of overwriting would show.
-    Pair out(cpu, gpu, randn(size_t(N) * C, 17)), mean(cpu, gpu, randn(size_t(N), 18)), rstd(cpu, gpu, randn(size_t(N), 19));
+    Pair out(cpu, gpu, randn(size_t(N) * C, 17), mis), mean(cpu, gpu, randn(size_t(N), 18)),
+        rstd(cpu, gpu, randn(size_t(N), 19));
     cpu.layernorm_forward(out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
     gpu.layernorm_forward(out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
     out.check("layernorm_forward out");
     mean.check("layernorm_forward mean");
     rstd.check("layernorm_forward rstd");
-    Pair dout(cpu, gpu, randn(size_t(N) * C, 13)), dinp(cpu, gpu, randn(size_t(N) * C, 14));
-    Pair dw(cpu, gpu, randn(size_t(C), 15)), db(cpu, gpu, randn(size_t(C), 16));
-    cpu.layernorm_backward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N, C);
-    gpu.layernorm_backward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N, C);
-    dinp.check("layernorm_backward dinp (accumulated)");
-    dw.check("layernorm_backward dw");
-    db.check("layernorm_backward db");
+    for (bool with_dw : {true, false}) {  // false: a frozen LayerNorm, the input gradient alone
+      Pair dout(cpu, gpu, randn(size_t(N) * C, 13), mis), dinp(cpu, gpu, randn(size_t(N) * C, 14), mis);
+      Pair dw(cpu, gpu, randn(size_t(C), 15)), db(cpu, gpu, randn(size_t(C), 16));
+      const size_t vector_calls0 = cuda::layernorm_backward_vector_calls();
+      cpu.layernorm_backward(dinp.c, with_dw ? dw.c : nullptr, with_dw ? db.c : nullptr, dout.c, inp.c, w.c, mean.c,
+                             rstd.c, N, C);
+      gpu.layernorm_backward(dinp.g, with_dw ? dw.g : nullptr, with_dw ? db.g : nullptr, dout.g, inp.g, w.g, mean.g,
+                             rstd.g, N, C);
+      CHECK(cuda::layernorm_backward_vector_calls() - vector_calls0 == (vector && C % 4 == 0 && mis == 0 ? 1u : 0u));
+      dinp.check("layernorm_backward dinp (accumulated)");
+      dw.check(with_dw ? "layernorm_backward dw" : "layernorm_backward without dw: dw untouched");
+      db.check(with_dw ? "layernorm_backward db" : "layernorm_backward without db: db untouched");
+    }
+   }
   }
 }
 

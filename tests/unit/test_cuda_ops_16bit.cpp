@@ -73,27 +73,40 @@ TEST_CASE("CUDA 16-bit: encoder, zero, convert, dtype checks") {
   }
 }
 
+// LayerNorm's backward on both kernel sets (cuda::LayerNormBackwardKernels), as in the fp32
+// test: `vector` takes 8 elements an access where C is a multiple of 8 and the views are 16-byte
+// aligned (C 768 and 264), one at a time otherwise (C 45, views misaligned by one element).
 TEST_CASE("CUDA 16-bit: layernorm, GELU, residual") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  using cuda::LayerNormBackwardKernels;
+  const LayerNormBackwardKernelsRestored restore;
   for (DType dt : k16BitTypes) {
     const double u = unit_roundoff(dt);
-    for (auto [N, C] : {std::pair{17, 45}, std::pair{130, 768}}) {
-      Act16 inp(cpu, gpu, dt, randn(size_t(N) * C, 10, 2.0f)), w(cpu, gpu, dt, randn(size_t(C), 11)),
-          b(cpu, gpu, dt, randn(size_t(C), 12)), out(cpu, gpu, dt, randn(size_t(N) * C, 17));
+    for (auto [N, C, mis] : {std::tuple{17, 45, 0}, std::tuple{130, 768, 0}, std::tuple{130, 768, 1},
+                             std::tuple{2100, 264, 0}}) {
+      Act16 inp(cpu, gpu, dt, randn(size_t(N) * C, 10, 2.0f), mis), w(cpu, gpu, dt, randn(size_t(C), 11), mis),
+          b(cpu, gpu, dt, randn(size_t(C), 12), mis), out(cpu, gpu, dt, randn(size_t(N) * C, 17), mis);
       Pair mean(cpu, gpu, randn(size_t(N), 18)), rstd(cpu, gpu, randn(size_t(N), 19));
       cpu.layernorm_forward(out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
       gpu.layernorm_forward(out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
       out.check("layernorm_forward out", 8 * u, 2 * u);  // norm * w + b: products up to ~3 x 3
       mean.check("16-bit layernorm_forward mean (fp32)");
       rstd.check("16-bit layernorm_forward rstd (fp32)");
-      Act16 dout(cpu, gpu, dt, randn(size_t(N) * C, 13)), dinp(cpu, gpu, dt, randn(size_t(N) * C, 14));
-      Pair dw(cpu, gpu, randn(size_t(C), 15)), db(cpu, gpu, randn(size_t(C), 16));
-      cpu.layernorm_backward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N, C);
-      gpu.layernorm_backward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N, C);
-      // dinp = old + (dout*w - a - norm*b) * rstd: terms of up to ~10 (rstd ~ 0.5, |dout*w| ~ 10).
-      dinp.check("layernorm_backward dinp (accumulated)", 16 * u, 2 * u);
-      dw.check("16-bit layernorm_backward dw (fp32)");
-      db.check("16-bit layernorm_backward db (fp32)");
+      for (LayerNormBackwardKernels kernels : {LayerNormBackwardKernels::rows, LayerNormBackwardKernels::vector}) {
+        cuda::set_layernorm_backward_kernels(kernels);
+        const bool vector = kernels == LayerNormBackwardKernels::vector;
+        INFO((vector ? "vector" : "rows") << " kernels, N " << N << ", C " << C << ", views misaligned by " << mis);
+        Act16 dout(cpu, gpu, dt, randn(size_t(N) * C, 13), mis), dinp(cpu, gpu, dt, randn(size_t(N) * C, 14), mis);
+        Pair dw(cpu, gpu, randn(size_t(C), 15)), db(cpu, gpu, randn(size_t(C), 16));
+        const size_t vector_calls0 = cuda::layernorm_backward_vector_calls();
+        cpu.layernorm_backward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N, C);
+        gpu.layernorm_backward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N, C);
+        CHECK(cuda::layernorm_backward_vector_calls() - vector_calls0 == (vector && C % 8 == 0 && mis == 0 ? 1u : 0u));
+        // dinp = old + (dout*w - a - norm*b) * rstd: terms of up to ~10 (rstd ~ 0.5, |dout*w| ~ 10).
+        dinp.check("layernorm_backward dinp (accumulated)", 16 * u, 2 * u);
+        dw.check("16-bit layernorm_backward dw (fp32)");
+        db.check("16-bit layernorm_backward db (fp32)");
+      }
     }
     const size_t n = 100003;
     Act16 x(cpu, gpu, dt, randn(n, 40, 3.0f)), y(cpu, gpu, dt, randn(n, 41)), out(cpu, gpu, dt, randn(n, 46));
