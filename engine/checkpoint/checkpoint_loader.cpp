@@ -183,6 +183,11 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   if (at.data.seed_recorded) at.data.seed = loader["seed"].get<uint64_t>();
   at.data.global_batch = loader.value("global_batch", int64_t(-1));
   at.data.samples_per_epoch = loader.value("samples_per_epoch", int64_t(-1));
+  if (loader.contains("data_tokens") && loader["data_tokens"].is_number_integer() && loader.contains("data_crc32c") &&
+      loader["data_crc32c"].is_number_unsigned()) {
+    at.data.data_tokens = loader["data_tokens"].get<int64_t>();
+    at.data.data_crc32c = loader["data_crc32c"].get<uint32_t>();
+  }
   const ManifestHealth h = manifest_health(man);
   at.clean = h.clean;
   at.health.loss = h.loss;

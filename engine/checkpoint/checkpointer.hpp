@@ -49,6 +49,8 @@ struct SavedDataPosition {
   bool seed_recorded = false;       // false: an older checkpoint
   int64_t global_batch = -1;
   int64_t samples_per_epoch = -1;
+  int64_t data_tokens = -1;         // the training data's DataFingerprint; -1: an older checkpoint
+  uint32_t data_crc32c = 0;
 };
 
 struct ResumePoint {

@@ -74,7 +74,7 @@ std::vector<Field> make_fields() {
       {"checkpoint", "every", K::Int64, 0, kHuge, {}, LOOM_MEMBER(checkpoint, every), "save every N steps (0: only at the end)"},
       {"checkpoint", "keep_last", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(checkpoint, keep_last), "complete checkpoints kept; older ones are pruned, except the last clean one (saved before the run first went non-finite or diverged), which is always kept"},
       {"checkpoint", "resume", K::String, 0, 0, {}, LOOM_MEMBER(checkpoint, resume), "auto (the checkpoint `latest` names, else the newest complete one), never, or a checkpoint PATH"},
-      {"checkpoint", "allow_changes", K::Bool, 0, 0, {}, LOOM_MEMBER(checkpoint, allow_changes), "resume even though train.seed or the training data changed since the checkpoint (the sample order then differs from the saved run's)"},
+      {"checkpoint", "allow_changes", K::Bool, 0, 0, {}, LOOM_MEMBER(checkpoint, allow_changes), "resume even though train.seed or the training data changed since the checkpoint (the sample order, or the samples at the saved positions, then differ from the saved run's)"},
 
       {"checkpoint", "async", K::Bool, 0, 0, {}, LOOM_MEMBER(checkpoint, async), "copy the state to host memory and write it from a background thread while training continues (the next save, or the end, waits for it)"},
       {"log", "dir", K::String, 0, 0, {}, LOOM_MEMBER(log, dir), "run directory: metrics.jsonl and run records"},

@@ -10,6 +10,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "engine/util/crc32c.hpp"
+
 namespace loom {
 namespace fs = std::filesystem;
 namespace {
@@ -251,7 +253,7 @@ TokenDataset open_dataset(const std::string& path, const std::string& format, co
   return d;
 }
 
-void validate_dataset(const TokenDataset& d, int vocab_size, int seq_len, const std::string& key) {
+DataFingerprint validate_dataset(const TokenDataset& d, int vocab_size, int seq_len, const std::string& key) {
   if (d.declared_vocab && d.declared_vocab != vocab_size)
     bad(key, d.source,
         d.declared_by + " declares vocab size " + std::to_string(d.declared_vocab) + " but model.vocab_size is " +
@@ -269,13 +271,18 @@ void validate_dataset(const TokenDataset& d, int vocab_size, int seq_len, const 
         (d.shards.size() == 1 ? longest_name + " holds " : "the longest shard, " + longest_name + ", holds ") +
             std::to_string(longest) + " tokens, shorter than one sample of seq_len+1 = " +
             std::to_string(seq_len + 1));
+  DataFingerprint print;
   for (const auto& s : d.shards) {
-    const uint32_t mx = s.max_token();
-    if (mx >= uint32_t(vocab_size))
+    const TokenShard::Scan scan = s.scan();
+    if (scan.max_token >= uint32_t(vocab_size))
       bad(key, d.source,
-          s.name + " contains token id " + std::to_string(mx) + ", not below model.vocab_size=" +
+          s.name + " contains token id " + std::to_string(scan.max_token) + ", not below model.vocab_size=" +
               std::to_string(vocab_size));
+    const uint64_t bytes = uint64_t(s.count) * uint64_t(s.token_bytes);
+    print.crc32c = print.tokens == 0 ? scan.crc32c : crc32c_combine(print.crc32c, scan.crc32c, bytes);
+    print.tokens += s.count;
   }
+  return print;
 }
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 // A dataset split as a list of token shards, from any of the formats Loom reads
 // (data.format: auto | text | loom | llmc | megatron; see docs/data.md), checked against the
 // model before training starts.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,18 @@ struct TokenDataset {
 TokenDataset open_dataset(const std::string& path, const std::string& format, const std::string& key,
                           const std::string& split);
 
+// What a dataset holds, in two numbers a checkpoint records: its token count and the CRC-32C of
+// its shards' token bytes in shard order (not the headers: the same tokens re-saved in another
+// header give the same value; tokens of another width do not).
+struct DataFingerprint {
+  uint64_t tokens = 0;
+  uint32_t crc32c = 0;
+};
+
 // Before training: no empty shard, every shard at least one sample (seq_len + 1 tokens) long,
 // every token id < vocab_size, and a declared vocabulary equal to the recipe's. Throws
-// std::runtime_error naming the key, the file and what was expected.
-void validate_dataset(const TokenDataset& d, int vocab_size, int seq_len, const std::string& key);
+// std::runtime_error naming the key, the file and what was expected. Returns the fingerprint,
+// from the same pass over the tokens.
+DataFingerprint validate_dataset(const TokenDataset& d, int vocab_size, int seq_len, const std::string& key);
 
 }  // namespace loom

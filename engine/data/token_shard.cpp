@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "engine/util/crc32c.hpp"
 
@@ -75,18 +76,29 @@ uint32_t file_crc32c(const MappedFile& f) {
   return whole;
 }
 
-uint32_t TokenShard::max_token() const {
-  // In pieces of kScanPiece bytes, as file_crc32c.
+TokenShard::Scan TokenShard::scan() const {
+  // In pieces of kScanPiece bytes, as file_crc32c: each piece's largest id and CRC, the CRCs
+  // combined in order.
   const size_t per_piece = kScanPiece / size_t(token_bytes), pieces = (count + per_piece - 1) / per_piece;
   uint32_t mx = 0;
+  std::vector<uint32_t> crc(pieces);
 #pragma omp parallel for reduction(max : mx) schedule(dynamic, 1)
   for (size_t p = 0; p < pieces; ++p) {
     const size_t begin = p * per_piece, end = std::min(count, begin + per_piece);
     for (size_t i = begin; i < end; ++i) mx = std::max(mx, at(i));
+    crc[p] = crc32c(tokens + begin * size_t(token_bytes), (end - begin) * size_t(token_bytes));
     if (file)
       file->drop_pages(size_t(tokens - file->data()) + begin * size_t(token_bytes), (end - begin) * size_t(token_bytes));
   }
-  return mx;
+  Scan s;
+  s.max_token = mx;
+  if (pieces == 0) return s;
+  s.crc32c = crc[0];
+  const Crc32cAppender append(per_piece * size_t(token_bytes));
+  for (size_t p = 1; p < pieces; ++p)
+    s.crc32c = p + 1 < pieces ? append(s.crc32c, crc[p])
+                              : crc32c_combine(s.crc32c, crc[p], (count - p * per_piece) * size_t(token_bytes));
+  return s;
 }
 
 TokenShard open_loom_shard(const std::string& path) {

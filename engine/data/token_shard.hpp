@@ -35,7 +35,14 @@ struct TokenShard {
       }
     }
   }
-  uint32_t max_token() const;  // parallel scan
+  // One parallel pass over the tokens: the largest id, and the CRC-32C of the tokens' bytes as
+  // stored (token_bytes each, little-endian): what a checkpoint records of its training data.
+  struct Scan {
+    uint32_t max_token = 0;
+    uint32_t crc32c = 0;
+  };
+  Scan scan() const;
+  uint32_t max_token() const { return scan().max_token; }
 };
 
 // CRC-32C of a whole mapped file (pieces checksummed in parallel, then combined).

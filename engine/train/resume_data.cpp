@@ -7,6 +7,15 @@
 #include <utility>
 
 namespace loom {
+namespace {
+
+std::string hex32(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%08x", v);
+  return b;
+}
+
+}  // namespace
 
 LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& now, bool allow_changes,
                                  std::vector<std::string>* notes) {
@@ -26,17 +35,31 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
   if (saved.samples_per_epoch >= 0 && saved.samples_per_epoch != now.samples_per_epoch)
     reorder.push_back("the training data changed from " + std::to_string(saved.samples_per_epoch) + " to " +
                       std::to_string(now.samples_per_epoch) + " samples per epoch");
-  if (!reorder.empty()) {
-    std::string what;
+  // The same number of samples but other tokens (a file edited or replaced in place, a corpus
+  // re-prepared): the order is unchanged, the samples at the saved positions are not.
+  std::string content;
+  if (reorder.empty() && saved.data_tokens >= 0 &&
+      (uint64_t(saved.data_tokens) != now.data.tokens || saved.data_crc32c != now.data.crc32c))
+    content = "the training data's tokens changed (" + std::to_string(saved.data_tokens) + " tokens of CRC-32C " +
+              hex32(saved.data_crc32c) + " at the checkpoint, now " + std::to_string(now.data.tokens) + " of " +
+              hex32(now.data.crc32c) + ")";
+  if (!reorder.empty() || !content.empty()) {
+    std::string what = content;
     for (const auto& r : reorder) what += (what.empty() ? "" : "; ") + r;
     if (!allow_changes)
       throw std::runtime_error(
-          "resuming: " + what + " since the checkpoint. The sample order would differ from the saved run's (samples "
-          "already seen this epoch would come again, others not at all). Restore the old value, or set "
-          "checkpoint.allow_changes=true to resume anyway");
+          "resuming: " + what + " since the checkpoint. " +
+          (reorder.empty() ? std::string("The samples from here on would not be the ones the saved run would have "
+                                         "trained on. Restore the data")
+                           : std::string("The sample order would differ from the saved run's (samples already seen "
+                                         "this epoch would come again, others not at all). Restore the old value")) +
+          ", or set checkpoint.allow_changes=true to resume anyway");
     if (notes)
-      notes->push_back(what + " (checkpoint.allow_changes=true): the sample order from sample " +
-                       std::to_string(at.next_sample) + " on follows the new stream");
+      notes->push_back(what + " (checkpoint.allow_changes=true): " +
+                       (reorder.empty() ? "the run goes on at sample " + std::to_string(at.next_sample) +
+                                              " of the same order, in the new data"
+                                        : "the sample order from sample " + std::to_string(at.next_sample) +
+                                              " on follows the new stream"));
   }
   if (saved.global_batch > 0 && saved.global_batch != now.global_batch && notes)
     notes->push_back("the global batch changed from " + std::to_string(saved.global_batch) + " to " +

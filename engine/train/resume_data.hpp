@@ -6,13 +6,15 @@
 // records the position in samples, so a new global batch continues at exactly the next unseen
 // sample (no sample skipped or repeated; the change is stated). A new seed or a dataset of
 // another size reorders the whole stream: samples already seen this epoch would come again and
-// others never. That needs consent (checkpoint.allow_changes=true), and is stated.
+// others never. A dataset of the same size whose tokens changed (its DataFingerprint) keeps the
+// order but not the samples. Either needs consent (checkpoint.allow_changes=true), and is stated.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/checkpoint/checkpointer.hpp"
 #include "engine/config/recipe.hpp"
+#include "engine/data/token_dataset.hpp"
 
 namespace loom {
 
@@ -20,6 +22,7 @@ struct DataNow {
   uint64_t seed = 0;
   int64_t global_batch = 0, samples_per_epoch = 0;
   bool schedule_in_samples = false;  // train.batch_policy goodput: the schedule follows sequences trained
+  DataFingerprint data;              // of data.train (validate_dataset)
 };
 
 // The loader state to start from. `notes` gets one line per change (for rank 0 to print).

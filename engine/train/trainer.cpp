@@ -52,9 +52,10 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
                          r_.train.seed};
   TokenDataset train;
+  DataFingerprint train_print;
   parallel::agreed(groups.world(), [&] {
     train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
-    validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
+    train_print = validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
     if (!r_.data.val.empty()) {
       TokenDataset val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
       validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
@@ -108,7 +109,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   if (rank_ == 0 && !batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
   step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
   data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size()),
-                      batch_.adaptive()};
+                      batch_.adaptive(), train_print};
   LoaderState start;
   if (!resumed_.path.empty()) {
     std::vector<std::string> notes;
@@ -334,8 +335,8 @@ TrainSummary Trainer::run() {
 
 double Trainer::save_checkpoint(int64_t done, const TrainSummary& summary, int64_t first_bad_step) {
   TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
-  const SavedDataPosition data{train_data_->state(), data_now_.seed, true, data_now_.global_batch,
-                               data_now_.samples_per_epoch};
+  const SavedDataPosition data{train_data_->state(),      data_now_.seed, true, data_now_.global_batch,
+                               data_now_.samples_per_epoch, int64_t(data_now_.data.tokens), data_now_.data.crc32c};
   return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step}, scaler_->state(),
                              noise_.state());
 }

@@ -7,8 +7,9 @@
 #  [17] a checkpoint.dir no rank can write is refused before training (status 2);
 #  [14] a full disk during a save: one line with "No space left on device" and the path, no
 #       HDF5 diagnostics, the .partial removed, the previous checkpoint intact and resumable;
-#  [11] resuming with another seed is refused unless checkpoint.allow_changes; another global
-#       batch continues at the exact sample, and says so;
+#  [11] resuming with another seed, or with the training data's tokens edited in place, is
+#       refused unless checkpoint.allow_changes; another global batch continues at the exact
+#       sample, and says so;
 #  [15] exit 75 only with a checkpoint saved, 4 when a stop saved nothing;
 #  [19] the end-of-run summary speaks of this session; nothing to train is said as such;
 #  [8]  a model that cannot fit is refused before allocating, with the plan's figures; one whose
@@ -208,6 +209,32 @@ r gb --set train.steps=8 --set train.seed=7 --set train.global_batch=64 --set ch
 expect_rc gb 0
 has gb "the global batch changed from 32 to 64 samples: continuing at sample 192 of the stream (step 6)"
 grep -q '"next_sample": 320' "$ck3/step_00000008/manifest.json" || fail "[11] step 8 should start at sample 192 + 2 x 64"
+# [11] The same number of samples, two tokens swapped in the file: refused, then allowed with
+# consent (the checkpoint records the data's token count and CRC-32C).
+cp data/fortunes/train_000000.bin "$WORK/train.bin"
+ckfp=$WORK/ck_fingerprint
+r fp0 --set train.steps=2 --set data.train="$WORK/train.bin" --set checkpoint.dir="$ckfp" --set log.dir="$WORK/l30"
+expect_rc fp0 0
+grep -q '"data_crc32c"' "$ckfp/step_00000002/manifest.json" || fail "[11] the manifest records no data fingerprint"
+python3 - "$WORK/train.bin" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, 'rb').read())
+i = 4096  # past the 64-byte header, on a token boundary: the first two different neighbours
+while data[i:i + 2] == data[i + 2:i + 4]:
+    i += 2
+data[i:i + 2], data[i + 2:i + 4] = data[i + 2:i + 4], data[i:i + 2]
+with open(path, 'r+b') as f:
+    f.write(data)
+PY
+r fp1 --set train.steps=4 --set data.train="$WORK/train.bin" --set checkpoint.dir="$ckfp" --set log.dir="$WORK/l31"
+expect_rc fp1 2
+has fp1 "the training data's tokens changed ([0-9]* tokens of CRC-32C [0-9a-f]* at the checkpoint, now"
+has fp1 "checkpoint.allow_changes=true"
+r fp2 --set train.steps=4 --set data.train="$WORK/train.bin" --set checkpoint.allow_changes=true \
+  --set checkpoint.dir="$ckfp" --set log.dir="$WORK/l32"
+expect_rc fp2 0
+has fp2 "resuming: the training data's tokens changed .*goes on at sample 64 of the same order, in the new data"
 
 # [15] Stopped early: 75 with a checkpoint, 4 with nothing saved. train.max_minutes of 0.001
 # (60 ms) leaves no room for a second step.

@@ -196,41 +196,69 @@ TEST_CASE("retention keeps keep_last, `latest`, and the last clean checkpoint be
 }
 
 TEST_CASE("a resumed run continues at the next unseen sample whatever the global batch") {
-  const SavedDataPosition saved{LoaderState{20, 640}, 1337, true, 32, 38118};
+  const DataFingerprint print{1219803, 0x1234abcd};
+  const SavedDataPosition saved{LoaderState{20, 640}, 1337, true, 32, 38118, 1219803, 0x1234abcd};
+  // The data now: seed, global batch, samples per epoch, with the saved fingerprint or another.
+  auto now = [&](uint64_t seed, int64_t gb, int64_t spe) { return DataNow{seed, gb, spe, false, print}; };
+  auto now_data = [&](int64_t spe, DataFingerprint p) { return DataNow{1337, 32, spe, false, p}; };
   std::vector<std::string> notes;
   SECTION("same recipe: no notes") {
-    const LoaderState at = resume_data_position(saved, DataNow{1337, 32, 38118}, false, &notes);
+    const LoaderState at = resume_data_position(saved, now(1337, 32, 38118), false, &notes);
     CHECK(at.next_step == 20);
     CHECK(at.next_sample == 640);
     CHECK(notes.empty());
   }
   SECTION("global batch 32 -> 64: sample 640, not 20 x 64 = 1280; stated") {
-    const LoaderState at = resume_data_position(saved, DataNow{1337, 64, 38118}, false, &notes);
+    const LoaderState at = resume_data_position(saved, now(1337, 64, 38118), false, &notes);
     CHECK(at.next_sample == 640);
     REQUIRE(notes.size() == 1);
     CHECK(notes[0].find("continuing at sample 640") != std::string::npos);
   }
   SECTION("a new seed or dataset is refused without consent, naming the key") {
-    CHECK_THROWS_WITH(resume_data_position(saved, DataNow{7, 32, 38118}, false, &notes),
+    CHECK_THROWS_WITH(resume_data_position(saved, now(7, 32, 38118), false, &notes),
                       Catch::Contains("train.seed changed from 1337 to 7") &&
                           Catch::Contains("checkpoint.allow_changes=true"));
-    CHECK_THROWS_WITH(resume_data_position(saved, DataNow{1337, 32, 50000}, false, &notes),
+    CHECK_THROWS_WITH(resume_data_position(saved, now(1337, 32, 50000), false, &notes),
                       Catch::Contains("50000 samples per epoch"));
-    const LoaderState at = resume_data_position(saved, DataNow{7, 32, 38118}, true, &notes);
+    const LoaderState at = resume_data_position(saved, now(7, 32, 38118), true, &notes);
     CHECK(at.next_sample == 640);
     REQUIRE(notes.size() == 1);
     CHECK(notes[0].find("train.seed changed") != std::string::npos);
   }
+  SECTION("the same number of samples but other tokens: refused without consent, said with it") {
+    const DataFingerprint edited{print.tokens, 0x1234abce};
+    CHECK_THROWS_WITH(resume_data_position(saved, now_data(38118, edited), false, &notes),
+                      Catch::Contains("the training data's tokens changed (1219803 tokens of CRC-32C 1234abcd at the "
+                                      "checkpoint, now 1219803 of 1234abce)") &&
+                          Catch::Contains("checkpoint.allow_changes=true"));
+    // A few tokens more, not a sample more: the same order, other data.
+    CHECK_THROWS_WITH(resume_data_position(saved, now_data(38118, {print.tokens + 3, print.crc32c}), false, &notes),
+                      Catch::Contains("now 1219806 of 1234abcd"));
+    const LoaderState at = resume_data_position(saved, now_data(38118, edited), true, &notes);
+    CHECK(at.next_sample == 640);
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].find("goes on at sample 640 of the same order, in the new data") != std::string::npos);
+  }
+  SECTION("another number of samples is said once, as a new order (the fingerprint differs too)") {
+    CHECK_THROWS_WITH(resume_data_position(saved, now_data(50000, {2000000, 7}), false, &notes),
+                      Catch::Contains("50000 samples per epoch") && !Catch::Contains("tokens changed"));
+  }
+  SECTION("a checkpoint that recorded no fingerprint: nothing to compare") {
+    SavedDataPosition older = saved;
+    older.data_tokens = -1;
+    resume_data_position(older, now_data(38118, {5, 5}), false, &notes);
+    CHECK(notes.empty());
+  }
   SECTION("an older checkpoint without the position: step x the recipe's global batch") {
-    const SavedDataPosition old{LoaderState{20, -1}, 0, false, -1, -1};
-    const LoaderState at = resume_data_position(old, DataNow{7, 64, 1}, false, &notes);
+    const SavedDataPosition old{LoaderState{20, -1}, 0, false, -1, -1, -1, 0};
+    const LoaderState at = resume_data_position(old, now(7, 64, 1), false, &notes);
     CHECK(at.next_sample == 1280);
     REQUIRE(notes.size() == 1);
     CHECK(notes[0].find("records no sample position") != std::string::npos);
   }
   SECTION("seeds above 2^63 are compared like any other") {
-    const SavedDataPosition big{LoaderState{20, 640}, 0xFFFFFFFFFFFFFFF0ull, true, 32, 38118};
-    CHECK_THROWS_WITH(resume_data_position(big, DataNow{1, 32, 38118}, false, &notes),
+    const SavedDataPosition big{LoaderState{20, 640}, 0xFFFFFFFFFFFFFFF0ull, true, 32, 38118, -1, 0};
+    CHECK_THROWS_WITH(resume_data_position(big, now(1, 32, 38118), false, &notes),
                       Catch::Contains("train.seed changed from 18446744073709551600 to 1"));
   }
 }

@@ -95,6 +95,36 @@ TEST_CASE("CUDA layernorm forward/backward") {
   }
 }
 
+// The `vector` kernels take 16-byte accesses only when all four views are 16-byte aligned: one
+// view misaligned by 4 or 8 bytes (a weight view into the flat parameter buffer, with aligned
+// activations) must take the one-element kernels and still be right. And the smallest shapes:
+// N 0 and 1, C of one vector (4 floats).
+TEST_CASE("CUDA layernorm vector backward with one view misaligned, and tiny shapes") {
+  Backend &cpu = *g_cpu, &gpu = *g_gpu;
+  const LayerNormBackwardKernelsRestored restore;
+  cuda::set_layernorm_backward_kernels(cuda::LayerNormBackwardKernels::vector);
+  for (auto [N, C, which, mis] : {std::tuple{130, 768, -1, 0}, std::tuple{130, 768, 0, 1}, std::tuple{130, 768, 1, 2},
+                                  std::tuple{130, 768, 2, 1}, std::tuple{130, 768, 3, 2}, std::tuple{0, 768, -1, 0},
+                                  std::tuple{1, 768, -1, 0}, std::tuple{37, 4, -1, 0}, std::tuple{37, 4, 3, 1}}) {
+    INFO("N " << N << ", C " << C << ", view " << which << " (dinp, dout, inp, w) misaligned by " << mis);
+    auto m = [&, which = which, mis = mis](int view) { return view == which ? size_t(mis) : size_t(0); };
+    Pair inp(cpu, gpu, randn(size_t(N) * C, 10, 2.0f), m(2)), w(cpu, gpu, randn(size_t(C), 11), m(3)),
+        b(cpu, gpu, randn(size_t(C), 12));
+    Pair out(cpu, gpu, randn(size_t(N) * C, 17)), mean(cpu, gpu, randn(size_t(N), 18)), rstd(cpu, gpu, randn(size_t(N), 19));
+    cpu.layernorm_forward(out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
+    gpu.layernorm_forward(out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
+    Pair dout(cpu, gpu, randn(size_t(N) * C, 13), m(1)), dinp(cpu, gpu, randn(size_t(N) * C, 14), m(0));
+    Pair dw(cpu, gpu, randn(size_t(C), 15)), db(cpu, gpu, randn(size_t(C), 16));
+    const size_t vector_calls0 = cuda::layernorm_backward_vector_calls();
+    cpu.layernorm_backward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N, C);
+    gpu.layernorm_backward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N, C);
+    CHECK(cuda::layernorm_backward_vector_calls() - vector_calls0 == (which < 0 && N > 0 ? 1u : 0u));
+    dinp.check("layernorm_backward dinp (accumulated)");
+    dw.check("layernorm_backward dw");
+    db.check("layernorm_backward db");
+  }
+}
+
 TEST_CASE("CUDA matmul forward/backward through cuBLASLt, with and without bias") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   for (auto [N, C, OC] : {std::tuple{19, 33, 47}, std::tuple{128, 96, 288}, std::tuple{5, 1, 3}}) {

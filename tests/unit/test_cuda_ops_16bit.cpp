@@ -75,15 +75,17 @@ TEST_CASE("CUDA 16-bit: encoder, zero, convert, dtype checks") {
 
 // LayerNorm's backward on both kernel sets (cuda::LayerNormBackwardKernels), as in the fp32
 // test: `vector` takes 8 elements an access where C is a multiple of 8 and the views are 16-byte
-// aligned (C 768 and 264), one at a time otherwise (C 45, views misaligned by one element).
+// aligned (C 768 and 264), one at a time otherwise (C 45 and 268, views misaligned by one element
+// or four).
 TEST_CASE("CUDA 16-bit: layernorm, GELU, residual") {
   Backend &cpu = *g_cpu, &gpu = *g_gpu;
   using cuda::LayerNormBackwardKernels;
   const LayerNormBackwardKernelsRestored restore;
   for (DType dt : k16BitTypes) {
     const double u = unit_roundoff(dt);
+    // C 268: a multiple of 4, not of 8; views misaligned by 2 bytes or 8.
     for (auto [N, C, mis] : {std::tuple{17, 45, 0}, std::tuple{130, 768, 0}, std::tuple{130, 768, 1},
-                             std::tuple{2100, 264, 0}}) {
+                             std::tuple{130, 768, 4}, std::tuple{130, 268, 0}, std::tuple{2100, 264, 0}}) {
       Act16 inp(cpu, gpu, dt, randn(size_t(N) * C, 10, 2.0f), mis), w(cpu, gpu, dt, randn(size_t(C), 11), mis),
           b(cpu, gpu, dt, randn(size_t(C), 12), mis), out(cpu, gpu, dt, randn(size_t(N) * C, 17), mis);
       Pair mean(cpu, gpu, randn(size_t(N), 18)), rstd(cpu, gpu, randn(size_t(N), 19));

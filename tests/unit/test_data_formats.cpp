@@ -15,6 +15,7 @@
 #include "engine/data/shard_writer.hpp"
 #include "engine/data/token_dataset.hpp"
 #include "engine/data/tokenizer.hpp"
+#include "engine/util/crc32c.hpp"
 #include "data_test_files.hpp"
 
 using namespace loom;
@@ -159,6 +160,32 @@ TEST_CASE("a Megatron dataset found by a directory or a glob is read once, not o
     TokenDataset d = open_dataset(p, "auto", "data.train", "train");
     CHECK(all_tokens(d) == std::vector<uint32_t>{1, 2, 3, 4, 5});
   }
+}
+
+// What a checkpoint records of its training data (resume_data.cpp compares it): the token count
+// and the CRC-32C of the token bytes, shard after shard, the same whatever the scan's pieces.
+TEST_CASE("a dataset's fingerprint is the CRC-32C of its token bytes in shard order") {
+  auto dir = fresh_dir("fingerprint");
+  // 9M tokens: a 16 MiB scan piece and part of a second; then a small shard.
+  std::vector<uint16_t> a(size_t(9) << 20), b(1000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = uint16_t((i * 2654435761u) % 50000);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint16_t(i % 300);
+  write_llmc(dir / "d_000000.bin", a);
+  write_llmc(dir / "d_000001.bin", b);
+  const TokenDataset d = open_dataset(dir.string(), "auto", "data.train", "train");
+  REQUIRE(d.shards.size() == 2);
+  const DataFingerprint print = validate_dataset(d, 50257, 16, "data.train");
+  CHECK(print.tokens == a.size() + b.size());
+  const uint32_t whole = crc32c(b.data(), b.size() * 2, crc32c(a.data(), a.size() * 2));  // little-endian
+  CHECK(print.crc32c == whole);
+  CHECK(d.shards[0].scan().crc32c == crc32c(a.data(), a.size() * 2));
+  // One token changed in place, far into the first piece: another fingerprint, same count.
+  a[size_t(5) << 20] ^= 1;
+  write_llmc(dir / "d_000000.bin", a);
+  const DataFingerprint edited = validate_dataset(open_dataset(dir.string(), "auto", "data.train", "train"), 50257,
+                                                  16, "data.train");
+  CHECK(edited.tokens == print.tokens);
+  CHECK(edited.crc32c != print.crc32c);
 }
 
 TEST_CASE("a short last shard gives no sample but does not refuse the dataset") {
