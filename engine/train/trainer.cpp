@@ -45,23 +45,12 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       trace_(groups.world_rank()),
       faults_(FaultInjection::from_env()),
       started_(std::chrono::steady_clock::now()) {
-  // Data first: a bad path or shard is reported before any model memory is allocated. Every rank
-  // opens it, and one that fails alone (a node without the file system) must not leave the
-  // others waiting in the next collective: they agree on the error first.
+  // Data first: a bad path or shard is reported before any model memory is allocated.
   const auto& m = r_.model;
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
                          r_.train.seed};
-  TokenDataset train;
   DataFingerprint train_print;
-  parallel::agreed(groups.world(), [&] {
-    train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
-    train_print = validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
-    if (!r_.data.val.empty()) {
-      TokenDataset val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
-      validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
-      if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
-    }
-  });
+  TokenDataset train = open_data(&train_print);
   compute_ = r_.train.precision == "bf16" ? DType::bf16 : r_.train.precision == "fp16" ? DType::f16 : DType::f32;
   LossScaleConfig scaling;
   scaling.enabled = compute_ == DType::f16;
@@ -110,14 +99,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
   data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size()),
                       batch_.adaptive(), train_print};
-  LoaderState start;
-  if (!resumed_.path.empty()) {
-    std::vector<std::string> notes;
-    start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &notes);
-    for (std::string& n : schedule_changes(resumed_.recipe_yaml, r_, resumed_.steps_done)) notes.push_back(std::move(n));
-    if (rank_ == 0)
-      for (const std::string& n : notes) std::printf("loom: resuming: %s\n", n.c_str());
-  }
+  const LoaderState start = resume_position();
   LoaderLayout train_layout = layout_;  // layout_ keeps the recipe's accumulation (validation batches)
   train_layout.micro_steps = int(batch_.batch() / batch_.unit());
   train_data_ = std::make_unique<DataLoader>(std::move(train), train_layout, 2, start);

@@ -72,6 +72,10 @@ class Trainer {
 
  private:
   std::vector<float> build_model(const std::vector<std::string>& hosts);  // returns the initial parameters
+  // trainer_data.cpp: data.train opened and checked (its fingerprint to `train_print`), data.val's
+  // validation batches made; then, once resumed_ and data_now_ are set, where the stream starts.
+  TokenDataset open_data(DataFingerprint* train_print);
+  LoaderState resume_position() const;
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
   void note_resize();  // rank 0: says and records an elastic resume (another process grid)
   bool due(int64_t every, int64_t done, bool last) const { return (every > 0 && done % every == 0) || last; }
