@@ -49,8 +49,8 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
     if (!allow_changes)
       throw std::runtime_error(
           "resuming: " + what + " since the checkpoint. " +
-          (reorder.empty() ? std::string("The samples from here on would not be the ones the saved run would have "
-                                         "trained on. Restore the data")
+          (reorder.empty() ? std::string("The run would go on in other data than it was trained on so far, at the "
+                                         "same sample positions. Restore the data")
                            : std::string("The sample order would differ from the saved run's (samples already seen "
                                          "this epoch would come again, others not at all). Restore the old value")) +
           ", or set checkpoint.allow_changes=true to resume anyway");

@@ -1,13 +1,25 @@
-// The Trainer's data: the datasets opened and checked before anything else is allocated, and
-// where a resumed run's stream starts (resume_data.hpp has the rules).
+// The Trainer's data: the datasets opened and checked before anything else is allocated (the
+// same training tokens on every rank), and where a resumed run's stream starts (resume_data.hpp
+// has the rules).
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/train/trainer.hpp"
 #include "parallel/host_collectives.hpp"
+#include "parallel/mpi_world.hpp"
 
 namespace loom {
+namespace {
+
+std::string describe(const DataFingerprint& d) {
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", d.crc32c);
+  return std::to_string(d.tokens) + " tokens of CRC-32C " + crc;
+}
+
+}  // namespace
 
 TokenDataset Trainer::open_data(DataFingerprint* train_print) {
   // Every rank opens the data, and one that fails alone (a node without the file system) must
@@ -22,6 +34,15 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print) {
       validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
       if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
     }
+  });
+  // Every rank must train on the same tokens. A node whose own copy of data.train differs (a
+  // stale node-local copy) would draw other samples at the same positions: refused, naming it.
+  const std::string mine = describe(*train_print), rank0 = parallel::broadcast_string(groups_.world(), mine);
+  parallel::agreed(groups_.world(), [&] {
+    if (mine != rank0)
+      throw std::runtime_error("data.train=" + r_.data.train + ": this rank reads " + mine +
+                               ", rank 0 reads " + rank0 +
+                               ": every rank must see the same training data (a node-local copy that differs?)");
   });
   return train;
 }

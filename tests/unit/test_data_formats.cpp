@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 
 #include "engine/data/mapped_file.hpp"
 #include "engine/data/prep.hpp"
@@ -163,7 +165,7 @@ TEST_CASE("a Megatron dataset found by a directory or a glob is read once, not o
 }
 
 // What a checkpoint records of its training data (resume_data.cpp compares it): the token count
-// and the CRC-32C of the token bytes, shard after shard, the same whatever the scan's pieces.
+// and the CRC-32C of the token bytes, shard after shard (the pieces of one shard: the next case).
 TEST_CASE("a dataset's fingerprint is the CRC-32C of its token bytes in shard order") {
   auto dir = fresh_dir("fingerprint");
   // 9M tokens: a 16 MiB scan piece and part of a second; then a small shard.
@@ -186,6 +188,28 @@ TEST_CASE("a dataset's fingerprint is the CRC-32C of its token bytes in shard or
                                                   16, "data.train");
   CHECK(edited.tokens == print.tokens);
   CHECK(edited.crc32c != print.crc32c);
+}
+
+// TokenShard::scan's own piecing, on shards in memory: the CRC of the token bytes equals one
+// plain CRC of the buffer for 1-, 2- and 4-byte tokens, with one piece, an exact multiple of the
+// 16 MiB piece, and three pieces (the middle one combined by the fixed-length appender).
+TEST_CASE("a shard's scan gives the CRC of its token bytes whatever the token width and piece count") {
+  const size_t MiB = size_t(1) << 20;
+  for (auto [width, bytes] : {std::pair{1, 32 * MiB + 5}, std::pair{1, 32 * MiB}, std::pair{1, size_t(1000)},
+                              std::pair{2, 16 * MiB + 6}, std::pair{4, 48 * MiB + 12}, std::pair{4, size_t(400)}}) {
+    INFO(width << "-byte tokens, " << bytes << " bytes");
+    std::vector<unsigned char> buf(bytes);
+    for (size_t i = 0; i < bytes; ++i) buf[i] = (i % size_t(width)) == 0 ? (unsigned char)(i * 131 / 7) : 0;
+    TokenShard s;
+    s.tokens = buf.data();
+    s.count = bytes / size_t(width);
+    s.token_bytes = width;
+    const TokenShard::Scan scan = s.scan();
+    CHECK(scan.crc32c == crc32c(buf.data(), bytes));
+    uint32_t mx = 0;
+    for (size_t i = 0; i < s.count; ++i) mx = std::max(mx, s.at(i));
+    CHECK(scan.max_token == mx);
+  }
 }
 
 TEST_CASE("a short last shard gives no sample but does not refuse the dataset") {
