@@ -75,11 +75,17 @@ case $rc in
   *) fail "cuda run exited $rc" ;;
 esac
 # The yardstick, scripts/torch_gpt_cuda_bench.py, on the same tiny shape on the CPU: it runs (so
-# a lent GPU's time is not spent on a broken script), and counts the same parameters.
+# a lent GPU's time is not spent on a broken script), and counts the same parameters. PyTorch is
+# a development dependency (scripts/setup.sh --dev), not the suite's: without it this part is
+# said to be skipped, and the rest of the test still counts.
 here=$(cd "$(dirname "$0")/../.." && pwd)
-/usr/bin/python3 "$here/scripts/torch_gpt_cuda_bench.py" --device cpu --precision fp32 --layers 2 --heads 2 \
-  --d_model 64 --vocab 300 --seq 32 --batch 2 --steps 2 --warmup 1 --peak_tflops 1 >"$out" 2>&1 \
-  || fail "torch_gpt_cuda_bench.py exited $?"
-grep -q '^torch tokens_per_s=[0-9.]* tokens_per_s_max=[0-9.]* step_ms=[0-9.]* mfu=0\.[0-9]* .*device_used_mb=-1.0 .*params=126720$' "$out" \
-  || fail "torch_gpt_cuda_bench.py: report line incomplete or another parameter count"
-echo "bench_gpt_training smoke: OK"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  /usr/bin/python3 "$here/scripts/torch_gpt_cuda_bench.py" --device cpu --precision fp32 --layers 2 --heads 2 \
+    --d_model 64 --vocab 300 --seq 32 --batch 2 --steps 2 --warmup 1 --peak_tflops 1 >"$out" 2>&1 \
+    || fail "torch_gpt_cuda_bench.py exited $?"
+  grep -q '^torch tokens_per_s=[0-9.]* tokens_per_s_max=[0-9.]* step_ms=[0-9.]* mfu=0\.[0-9]* .*device_used_mb=-1.0 .*params=126720$' "$out" \
+    || fail "torch_gpt_cuda_bench.py: report line incomplete or another parameter count"
+  echo "bench_gpt_training smoke: OK"
+else
+  echo "bench_gpt_training smoke: OK (scripts/torch_gpt_cuda_bench.py skipped: no PyTorch for /usr/bin/python3; scripts/setup.sh --dev installs it)"
+fi

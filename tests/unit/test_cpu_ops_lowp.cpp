@@ -204,9 +204,12 @@ TEST_CASE("bf16 matmul: oneDNN path against the widening reference path", "[lowp
   auto be = make_cpu_backend();
   const int N = 131, C = 83, OC = 59;
   if (onednn::built()) {
-    // This CPU build has oneDNN: the fast path must really be oneDNN for these shapes.
+    // With oneDNN built and a CPU with native bf16 dot products the fast path must really be
+    // oneDNN for these shapes. Elsewhere (an AVX2-only CPU: oneDNN 2.6 has only its reference
+    // bf16 matmul there, which gemm() refuses) both calls below take the widening path.
     onednn::GemmDesc d{DType::bf16, DType::bf16, N, C, OC, false, true, true, false};
-    CHECK(onednn::supported(d));
+    if (onednn::cpu_has_native_bf16()) CHECK(onednn::supported(d));
+    else WARN("no native bf16 on this CPU: oneDNN " << (onednn::supported(d) ? "runs" : "does not run") << " this shape");
   }
   std::vector<float> x_f, w_f, b_f, d_f;
   auto x = rand_lowp<bf16>(N * C, 21, x_f), w = rand_lowp<bf16>(OC * C, 22, w_f), b = rand_lowp<bf16>(OC, 23, b_f);
