@@ -17,3 +17,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 mpi() { "$MPIEXEC" --oversubscribe --bind-to none "$@"; }
 # The demo corpus, made once per build tree.
 corpus() { bash "$SRC/scripts/prepare_fortunes.sh" "$SRC/data/fortunes" "$LOOM" >/dev/null; }
+# Swaps the first two different neighbouring uint16 tokens at or after byte 4096 of a token file
+# (past its header, on a token boundary), in place: the same size and token count, other data.
+swap_two_tokens() {
+  python3 - "$1" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, 'rb').read())
+i = 4096
+while data[i:i + 2] == data[i + 2:i + 4]:
+    i += 2
+data[i:i + 2], data[i + 2:i + 4] = data[i + 2:i + 4], data[i:i + 2]
+with open(path, 'r+b') as f:
+    f.write(data)
+PY
+}

@@ -216,17 +216,7 @@ ckfp=$WORK/ck_fingerprint
 r fp0 --set train.steps=2 --set data.train="$WORK/train.bin" --set checkpoint.dir="$ckfp" --set log.dir="$WORK/l30"
 expect_rc fp0 0
 grep -q '"data_crc32c"' "$ckfp/step_00000002/manifest.json" || fail "[11] the manifest records no data fingerprint"
-python3 - "$WORK/train.bin" <<'PY'
-import sys
-path = sys.argv[1]
-data = bytearray(open(path, 'rb').read())
-i = 4096  # past the 64-byte header, on a token boundary: the first two different neighbours
-while data[i:i + 2] == data[i + 2:i + 4]:
-    i += 2
-data[i:i + 2], data[i + 2:i + 4] = data[i + 2:i + 4], data[i:i + 2]
-with open(path, 'r+b') as f:
-    f.write(data)
-PY
+swap_two_tokens "$WORK/train.bin"
 r fp1 --set train.steps=4 --set data.train="$WORK/train.bin" --set checkpoint.dir="$ckfp" --set log.dir="$WORK/l31"
 expect_rc fp1 2
 has fp1 "the training data's tokens changed ([0-9]* tokens of CRC-32C [0-9a-f]* at the checkpoint, now"

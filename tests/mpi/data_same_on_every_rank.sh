@@ -25,17 +25,7 @@ train=(train "$SRC/configs/tiny.yaml" --set train.steps=2 --set log.every=1 --se
 two_nodes same.out "${train[@]}" --set log.dir="$WORK/same.run"
 [ "$rc" = 0 ] || { cat "$WORK/same.out"; fail "identical copies: exit $rc, expected 0"; }
 
-python3 - "$WORK/b/train.bin" <<'PY'
-import sys
-path = sys.argv[1]
-data = bytearray(open(path, 'rb').read())
-i = 4096  # past the 64-byte header, on a token boundary: the first two different neighbours
-while data[i:i + 2] == data[i + 2:i + 4]:
-    i += 2
-data[i:i + 2], data[i + 2:i + 4] = data[i + 2:i + 4], data[i:i + 2]
-with open(path, 'r+b') as f:
-    f.write(data)
-PY
+swap_two_tokens "$WORK/b/train.bin"
 two_nodes differ.out "${train[@]}" --set log.dir="$WORK/differ.run"
 [ "$rc" = 2 ] || { cat "$WORK/differ.out"; fail "rank 1's copy differs: exit $rc, expected 2"; }
 pattern="rank 1: data.train=train.bin: this rank reads [0-9]* tokens of CRC-32C [0-9a-f]*, rank 0 reads [0-9]* tokens of CRC-32C [0-9a-f]*: every rank must see the same training data"
