@@ -19,16 +19,12 @@
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace loom::cuda {
 namespace {
 
 constexpr int kMaxPerLane = 8;  // head size up to 32 * 8 = 256
-
-__device__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
 
 // The (b, h, t) row this warp handles, rows ordered b-major, then head, then t; false past the end.
 struct Row {

@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace loom::cuda {
 namespace {
@@ -52,15 +53,6 @@ __device__ void stage(float* dst, const S* src, size_t stride, int t0, int T) {
     const int r = idx / D, d = idx % D, t = t0 + r;
     dst[r * (D + 4) + d] = t < T ? load(src[size_t(t) * stride + d]) : 0.0f;
   }
-}
-
-__device__ __forceinline__ float row_max4(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float row_sum4(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }

@@ -13,16 +13,12 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace loom::cuda {
 namespace {
 
 constexpr int kGroups = 64;
-
-__device__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b,

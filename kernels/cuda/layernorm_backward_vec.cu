@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace loom::cuda {
 namespace {
@@ -35,11 +36,6 @@ namespace {
 constexpr int kWarps = 8;          // warps a block, all kernels here
 constexpr int kMaxGroups = 128;    // row groups of the dw/db partial sums (fewer for small N)
 std::atomic<size_t> g_vector_calls{0};  // layernorm_backward_vector_calls()
-
-__device__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
 
 template <typename T, int W>
 __global__ void __launch_bounds__(kWarps * 32)

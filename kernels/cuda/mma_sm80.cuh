@@ -23,6 +23,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cuda/warp_reduce.cuh"
+
 namespace loom::cuda::sm80 {
 
 template <typename S>
@@ -149,16 +151,6 @@ __device__ __forceinline__ void mma_row(float (&acc)[N / 8][4], const uint32_t (
     mma<S>(acc[2 * np], a, b[0], b[1]);
     mma<S>(acc[2 * np + 1], a, b[2], b[3]);
   }
-}
-
-// The max and the sum over the 4 lanes that hold one accumulator row (lanes 4g .. 4g + 3).
-__device__ __forceinline__ float row_max4(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float row_sum4(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 }  // namespace loom::cuda::sm80
