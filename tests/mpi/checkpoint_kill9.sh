@@ -9,7 +9,7 @@ corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
 # shellcheck disable=SC2206
-args=(--set train.steps=40 --set log.eval_every=0 --set checkpoint.every=4 --set checkpoint.keep_last=2 ${KILL9_SET:-})
+args=("${SMALL[@]}" --set train.steps=40 --set log.eval_every=0 --set checkpoint.every=4 --set checkpoint.keep_last=2 ${KILL9_SET:-})
 mpi -np 2 "$LOOM" train configs/tiny.yaml "${args[@]}" --set checkpoint.dir="$WORK/ref" --set log.dir="$WORK/rref" > /dev/null
 tensors() { "$LOOM" ckpt inspect "$1" | sed -n '/tensors/,/recipe:/p'; }
 tensors "$WORK/ref" > "$WORK/ref.tensors"

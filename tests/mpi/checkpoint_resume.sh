@@ -6,7 +6,7 @@ source "$(dirname "$0")/../cli/common.sh"
 corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
-common=(--set train.steps=40 --set log.every=1 --set log.eval_every=0 --set checkpoint.every=10 --set checkpoint.keep_last=2)
+common=("${SMALL[@]}" --set train.steps=40 --set log.every=1 --set log.eval_every=0 --set checkpoint.every=10 --set checkpoint.keep_last=2)
 for layout in "1:" "4:--set parallel.tp=2 --set parallel.zero=1" "2:--set checkpoint.async=true"; do
   IFS=: read -r np extra <<<"$layout"
   [ -z "${extra##*async*}" ] && [ -n "$extra" ] && np_tag="${np}async" || np_tag=$np

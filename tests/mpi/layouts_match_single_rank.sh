@@ -1,15 +1,16 @@
 # Parallel layouts change nothing but the speed: each layout given as "name:ranks:overrides"
-# trains the tiny recipe 50 steps (LAYOUT_STEPS; at least 25, past the loss spike near step 20
-# where differences in summation order show most) and must give the single-rank loss (within 1e-5 relative) and
-# grad norm (1e-4) at every step (the same global batch and the same global initial weights; only
-# how the work is split changes). A layout with parallel.zero=1 must also hold 1/dp of the
-# optimizer state of a replicated-optimizer layout with the same tp and pp.
+# trains the tests' small model (SMALL in tests/cli/common.sh: tiny at half its width and
+# sequence length) 50 steps (LAYOUT_STEPS) and must give the single-rank loss and grad norm at
+# every step within 1e-6 relative (the same global batch and the same global initial weights; only
+# how the work is split changes, so only the summation order differs: measured at most 7e-9 on
+# the loss and 6e-8 on the grad norm over every layout here). A layout with parallel.zero=1 must
+# also hold 1/dp of the optimizer state of a replicated-optimizer layout with the same tp and pp.
 #   layouts_match_single_rank.sh LOOM SRC MPIEXEC "dp2:2:" "tp2:2:--set parallel.tp=2" ...
 # LAYOUT_PRECISION=bf16 runs every layout (the single rank included) in bf16, where another split
-# of a matmul (or a bf16 gradient reduction) rounds differently and the trajectories drift apart;
-# the tiny recipe's loss spike near step 20 amplifies that to several percent on a few steps, so
-# bf16 is held to: every loss of the first 15 steps within LAYOUT_TOL_LOSS (relative), and the
-# mean of the last 10 losses within LAYOUT_TOL_END.
+# of a matmul (or a bf16 gradient reduction) rounds differently and the trajectories drift apart
+# (measured: 2e-5 relative on the first 15 losses, 4e-4 on the mean of the last 10), so bf16 is
+# held to: every loss of the first 15 steps within LAYOUT_TOL_LOSS (relative), and the mean of
+# the last 10 losses within LAYOUT_TOL_END.
 source "$(dirname "$0")/../cli/common.sh"
 shift 3
 corpus
@@ -18,7 +19,7 @@ export OMP_NUM_THREADS=1  # several ranks share 2 cores
 export LAYOUT_STEPS=${LAYOUT_STEPS:-50}
 run() {  # name np overrides...
   local name=$1 np=$2; shift 2
-  mpi -np "$np" "$LOOM" train configs/tiny.yaml --set train.steps="$LAYOUT_STEPS" --set log.every=1 --set log.eval_every=0 \
+  mpi -np "$np" "$LOOM" train configs/tiny.yaml "${SMALL[@]}" --set train.steps="$LAYOUT_STEPS" --set log.every=1 --set log.eval_every=0 \
     --set train.precision="${LAYOUT_PRECISION:-fp32}" \
     --set parallel.bucket_mb=0.25 --set log.dir="$WORK/$name" "$@" > "$WORK/$name.out" 2>&1 ||
     { cat "$WORK/$name.out"; fail "$name failed"; }
@@ -62,10 +63,11 @@ for name in exact:
     rows = load(name)
     assert len(rows) == steps, name
     worst = {"loss": 0.0, "grad_norm": 0.0}
-    # The loss within 1e-5 relative (the target). The pre-clip gradient norm is more sensitive to
-    # summation order: around the loss spike near step 20 of the tiny recipe (norm ~16) a
-    # different split of the matmul sums moves it by up to ~2e-5, so it gets 1e-4.
-    tol = {"loss": float(os.environ.get("LAYOUT_TOL_LOSS", 1e-5)), "grad_norm": float(os.environ.get("LAYOUT_TOL_NORM", 1e-4))}
+    # 1e-6 relative: more than 10x the summation-order differences measured (see the header). The
+    # tiny recipe itself at its lr of 3e-3 spikes near step 20, after which the same differences
+    # grow to 1e-5 of the grad norm, and other shapes at that lr turn chaotic (1e-3 by step 30):
+    # the small model's lr of 1e-3 keeps the comparison about the layouts, not about chaos.
+    tol = {"loss": float(os.environ.get("LAYOUT_TOL_LOSS", 1e-6)), "grad_norm": float(os.environ.get("LAYOUT_TOL_NORM", 1e-6))}
     for a, b in zip(ref, rows):
         for k in ("loss", "grad_norm"):
             rel = abs(a[k] - b[k]) / abs(a[k])
@@ -88,6 +90,7 @@ for name, np, overrides in layouts:
     ref = "single" if tp == pp == 1 else next(n for n, _, o in layouts if same(o))
     want = state_mb(ref) / dp
     print(f"{name}: ZeRO-1 optimizer state {state_mb(name)} MB per rank = {ref}'s {state_mb(ref)} MB / dp {dp}")
-    assert abs(state_mb(name) - want) / want < 0.02, f"{name}: expected about {want:.2f} MB"
+    # 2%, plus the rounding of the two figures (the header prints MB to 2 decimals).
+    assert abs(state_mb(name) - want) <= 0.02 * want + 0.005 * (1 + 1 / dp), f"{name}: expected about {want:.2f} MB"
 PY
 echo PASS

@@ -1,4 +1,5 @@
-# The Slurm templates on a real (one-node) Slurm cluster, CPU backend, tiny recipe:
+# The Slurm templates on a real (one-node) Slurm cluster, CPU backend, the tiny recipe at the tests'
+# small shape (SMALL in tests/cli/common.sh):
 #  1. sbatch of slurm/train-single-node.sbatch (srun --mpi=pmix, 2 ranks, the tensor-parallel
 #     default from the 2 GPUs per node) completes and leaves a run directory and a checkpoint;
 #     the same with LAUNCHER=mpirun;
@@ -21,7 +22,7 @@ trap 'slurm_down; rm -rf "$WORK"' EXIT
 slurm_up || fail "the test cluster did not start"
 export OMP_NUM_THREADS=1 LOOM
 small=(--ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 --time=10)
-tiny="--set log.eval_every=0 --set log.every=1 --set checkpoint.every=20"
+tiny="${SMALL[*]} --set log.eval_every=0 --set log.every=1 --set checkpoint.every=20"
 submit() { sbatch --parsable "$@" | cut -d';' -f1; }
 
 # 1. The single-node template, srun and mpirun.
@@ -69,7 +70,7 @@ PY
 
 # 3. A sweep as a job array.
 scripts/sweep make --recipe configs/tiny.yaml --out "$WORK/sweep" --grid optim.lr=3e-4,1e-3,3e-3 \
-  --set train.steps=25 --set log.eval_every=25 --set log.eval_batches=2 --max-concurrent 2 --submit \
+  "${SMALL_SHAPE[@]}" --set train.steps=25 --set log.eval_every=25 --set log.eval_batches=2 --max-concurrent 2 --submit \
   --sbatch-args "--ntasks-per-node=1 --gpus-per-node=1 --cpus-per-task=1 --time=10 --output=$WORK/sweep-%A_%a.out" \
   > "$WORK/sweep.out"
 cat "$WORK/sweep.out"
