@@ -7,7 +7,7 @@ source "$(dirname "$0")/common.sh"
 corpus
 cd "$SRC"
 model=(--set model.n_layer=4 --set model.d_model=384 --set model.n_head=6 --set model.seq_len=128
-       --set train.micro_batch=4 --set train.global_batch=16 --set train.steps=4 --set log.every=1
+       --set train.micro_batch=4 --set train.global_batch=16 --set train.steps=3 --set log.every=1
        --set log.eval_every=0)
 # Each layout term (dp, tp, pp, zero 1/2/3, recompute, 16-bit compute, offload, LoRA with a dense
 # or an NF4-quantized frozen base) appears at least

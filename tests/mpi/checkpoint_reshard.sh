@@ -1,11 +1,12 @@
 # A checkpoint saved under tp 2 x pp 2 x dp 2 loads under other layouts: the next 10 steps'
 # losses under tp 1 x pp 4 x dp 2, tp 4 x pp 1 x dp 2 (ZeRO-1) and a single rank match those of
-# continuing under the original layout within 1e-5 relative.
+# continuing under the original layout within 1e-6 relative (the tests' small model, SMALL in
+# tests/cli/common.sh; summation order differs: measured 7e-9).
 source "$(dirname "$0")/../cli/common.sh"
 corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
-common=(--set train.steps=30 --set log.every=1 --set log.eval_every=0)
+common=("${SMALL[@]}" --set train.steps=30 --set log.every=1 --set log.eval_every=0)
 mpi -np 8 "$LOOM" train configs/tiny.yaml "${common[@]}" --set parallel.tp=2 --set parallel.pp=2 \
   --set checkpoint.dir="$WORK/ckpt" --set train.stop_at_step=20 --set log.dir="$WORK/first" > /dev/null
 run() {  # name np overrides...
@@ -29,7 +30,7 @@ for name in ("tp1_pp4_dp2", "tp4_pp1_dp2", "single"):
     rows = load(name)
     assert [r["step"] for r in rows] == list(range(20, 30)), name
     worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(ref, rows))
-    assert worst <= 1e-5, f"{name}: loss differs by {worst:.2e} relative"
+    assert worst <= 1e-6, f"{name}: loss differs by {worst:.2e} relative"
     print(f"{name}: steps 20-29 match the original layout, worst relative loss difference {worst:.1e}")
 PY
 echo PASS

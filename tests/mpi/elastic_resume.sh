@@ -1,7 +1,8 @@
 # Elastic resume: a checkpoint saved by 4 ranks (dp 4, 3 micro-batches of 4 per rank: global batch
 # 48) resumes on 2 ranks (dp 2, 6 micro-batches) and on 3 (dp 3, 4 micro-batches): the global batch
-# and the data stream stay the same, so the loss goes on as in the uninterrupted 4-rank run, within
-# 1e-5 relative at every step (the dp split changes only the order of the sums); each resumed
+# and the data stream stay the same, so the loss of the tests' small model (SMALL in
+# tests/cli/common.sh) goes on as in the uninterrupted 4-rank run, within 1e-6 relative at every
+# step (the dp split changes only the order of the sums: measured 5e-9); each resumed
 # session says so and records the resize in run.json. With train.global_batch auto (micro_batch x
 # dp) the batch does change, and the message says so. A world the global batch cannot be split
 # over (5 ranks) is refused, naming the keys.
@@ -10,7 +11,7 @@ source "$(dirname "$0")/../cli/common.sh"
 corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
-common=(--set train.micro_batch=4 --set train.global_batch=48 --set train.steps=30 --set log.every=1
+common=("${SMALL[@]}" --set train.micro_batch=4 --set train.global_batch=48 --set train.steps=30 --set log.every=1
         --set log.eval_every=0 --set checkpoint.every=0)
 mpi -np 4 "$LOOM" train configs/tiny.yaml "${common[@]}" --set log.dir="$WORK/ref" > "$WORK/ref.out" 2>&1 ||
   { cat "$WORK/ref.out"; fail "the uninterrupted run failed"; }
@@ -44,7 +45,7 @@ for np, accum in ((2, 6), (3, 4)):
     assert [r["step"] for r in got] == list(range(30)), f"{np} ranks: steps {[r['step'] for r in got]}"
     worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(ref, got))
     print(f"resumed on {np} ranks at step 15: worst relative loss difference to the 4-rank run {worst:.1e}")
-    assert worst <= 1e-5, f"{np} ranks drift from the uninterrupted run"
+    assert worst <= 1e-6, f"{np} ranks drift from the uninterrupted run"
     s = json.load(open(f"{w}/run{np}/run.json"))["sessions"]
     assert len(s) == 2 and "resized" not in s[0], s
     rz = s[1]["resized"]
