@@ -1,12 +1,12 @@
 # Checkpoints hold the fp32 master weights whatever train.precision is, so a run resumes under
-# another precision: fp32 for 10 steps, then bf16 to 20, then fp32 to 30, follows the straight
-# fp32 run's losses closely (bf16's rounding is the only difference), and its checkpoints are
-# fp32 tensors. An fp16 run's checkpoint records its loss scale and a resumed fp16 run goes on
+# another precision (the tests' small model, SMALL in common.sh): fp32 for 10 steps, then bf16 to
+# 20, then fp32 to 30, follows the straight fp32 run's losses closely (bf16's rounding is the only
+# difference), and its checkpoints are fp32 tensors. An fp16 run's checkpoint records its loss scale and a resumed fp16 run goes on
 # with it rather than starting over, giving the uninterrupted fp16 run's losses bit for bit.
 source "$(dirname "$0")/common.sh"
 corpus
 cd "$SRC"
-common=(--set train.steps=30 --set log.every=1 --set log.eval_every=0 --set checkpoint.every=10)
+common=("${SMALL[@]}" --set train.steps=30 --set log.every=1 --set log.eval_every=0 --set checkpoint.every=10)
 train() { "$LOOM" train configs/tiny.yaml "${common[@]}" "$@" > "$WORK/last.out" 2>&1 || { cat "$WORK/last.out"; fail "run failed: $*"; }; }
 train --set log.dir="$WORK/straight" --set checkpoint.dir="$WORK/c_straight"
 train --set log.dir="$WORK/mixed" --set checkpoint.dir="$WORK/c_mixed" --set train.stop_at_step=10
@@ -28,14 +28,15 @@ assert [x["loss"] for x in a[:10]] == [x["loss"] for x in b[:10]], "the first fp
 # forward pass separates the two losses (~1e-4 relative); a resume that lost the weights or the
 # moments is far off (fresh weights: ln 256 = 5.5 against ~3.9).
 first = abs(a[10]["loss"] - b[10]["loss"]) / a[10]["loss"]
-# After 10 bf16 and 10 fp32 steps the trajectories differ as any two bf16/fp32 runs do (the tiny
-# recipe's loss spike near step 20 amplifies rounding differences to ~10% on that one step); the
-# mean of the last 5 losses stays within 3%.
+# After 10 bf16 and 10 fp32 steps the trajectories differ as any two bf16/fp32 runs do; the mean
+# of the last 5 losses stays within 1% (measured 7e-7 relative, and 2.2e-4 on step 11; on the tiny
+# recipe, whose loss spike near step 20 amplifies rounding differences to ~10% on that one step,
+# this needed 3%).
 end = lambda r: sum(x["loss"] for x in r[25:]) / 5
 last = abs(end(a) - end(b)) / end(a)
 print(f"fp32 -> bf16 -> fp32: step 11 loss {b[10]['loss']:.4f} vs {a[10]['loss']:.4f} (rel {first:.1e}); "
       f"mean of steps 26-30 {end(b):.4f} vs {end(a):.4f} (rel {last:.1e})")
-assert first < 5e-3 and last < 0.03, (first, last)
+assert first < 5e-3 and last < 0.01, (first, last)
 PY
 # fp16: the scale grows every 4 good steps; the checkpoint at 10 records it, the resumed run uses it.
 fp16=(--set train.precision=fp16 --set train.loss_scale_growth_interval=4 --set checkpoint.dir="$WORK/c_fp16")

@@ -1,4 +1,5 @@
-# Across nodes, a layout trains exactly as on one host: the tiny recipe, 10 steps, on the test
+# Across nodes, a layout trains exactly as on one host: the tests' small model (SMALL in
+# tests/cli/common.sh), 10 steps, on the test
 # cluster (network namespaces, 10 Gbit links, TCP between nodes) and under plain mpirun on this
 # host, must give bitwise the same loss and grad norm at every step:
 #   dp 2 over 2 nodes (1 rank each); dp 4 over 4 nodes;
@@ -16,7 +17,7 @@ cd "$SRC"
 export OMP_NUM_THREADS=1
 cluster_up 4 10gbit 2
 steps=10
-args=(train configs/tiny.yaml --set train.steps=$steps --set log.every=1 --set log.eval_every=0)
+args=(train configs/tiny.yaml "${SMALL[@]}" --set train.steps=$steps --set log.every=1 --set log.eval_every=0)
 
 # name ranks ranks-per-node overrides
 layouts=("dp2:2:1:" "dp4:4:1:" "tp2_pp2:4:2:--set parallel.tp=2 --set parallel.pp=2"

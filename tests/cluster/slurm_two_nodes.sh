@@ -1,9 +1,9 @@
 # A real two-node Slurm cluster (two slurmd, one per network namespace, 10 Gbit links):
 # sbatch of slurm/train.sbatch with --nodes=2 (one rank per node, srun --mpi=pmix, dp 2 across
-# the nodes) trains the tiny recipe; signalled mid-run (SIGUSR1 to the batch shell, what
-# --signal=B:USR1@N does before the time limit) it checkpoints, exits 75, requeues itself, resumes
-# on both nodes and finishes with the same losses and grad norms, bit for bit, as the same layout
-# uninterrupted under plain mpirun on one host. Both sessions' run.json list the two nodes.
+# the nodes) trains the tests' small model (SMALL in tests/cli/common.sh); signalled mid-run
+# (SIGUSR1 to the batch shell, what --signal=B:USR1@N does before the time limit) it checkpoints,
+# exits 75, requeues itself, resumes on both nodes and finishes with the same losses and grad
+# norms, bit for bit, as the same layout uninterrupted under plain mpirun on one host. Both sessions' run.json list the two nodes.
 #   slurm_two_nodes.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
 source "$(dirname "$0")/netns_cluster.sh"
@@ -15,7 +15,7 @@ export OMP_NUM_THREADS=1
 cluster_up 2 10gbit 1
 cluster_slurm_up
 steps=80
-overrides="--set train.steps=$steps --set log.eval_every=0 --set log.every=1 --set checkpoint.every=20"
+overrides="${SMALL[*]} --set train.steps=$steps --set log.eval_every=0 --set log.every=1 --set checkpoint.every=20"
 t0=$(date +%s)
 job=$(sbatch --parsable --nodes=2 --ntasks-per-node=1 --gpus-per-node=1 --cpus-per-task=1 --time=30 \
         --output="$WORK/job.out" \
