@@ -37,12 +37,13 @@ run dp2_zero2 2 1 --set parallel.zero=2
 run tp2_dp2_zero3 4 1 --set parallel.zero=3 --set parallel.tp=2
 run dp2_zero3_micro16 2 1 --set parallel.zero=3 --set train.micro_batch=16
 # B_simple once the weights move (the default learning rate), and its progress-line field.
-mpi -np 2 "$LOOM" train configs/tiny.yaml --set train.steps=30 --set log.every=10 --set log.eval_every=0 \
+# (The tests' small model, SMALL in common.sh, for these 30-step runs.)
+mpi -np 2 "$LOOM" train configs/tiny.yaml "${SMALL[@]}" --set train.steps=30 --set log.every=10 --set log.eval_every=0 \
   --set log.dir="$WORK/moving" > "$WORK/moving.out" 2>&1 || { cat "$WORK/moving.out"; fail "moving failed"; }
 grep -q "B_simple [0-9]" "$WORK/moving.out" || { cat "$WORK/moving.out"; fail "no B_simple on the progress line"; }
 # The moving averages are in the checkpoint: stopped at step 15 and resumed, the same B_simple.
 for stop in 15 0; do
-  mpi -np 2 "$LOOM" train configs/tiny.yaml --set train.steps=30 --set log.every=10 --set log.eval_every=0 \
+  mpi -np 2 "$LOOM" train configs/tiny.yaml "${SMALL[@]}" --set train.steps=30 --set log.every=10 --set log.eval_every=0 \
     --set log.dir="$WORK/resumed" --set checkpoint.dir="$WORK/ck" --set train.stop_at_step=$stop > "$WORK/resumed.out" 2>&1 ||
     { cat "$WORK/resumed.out"; fail "resumed run failed"; }
 done
