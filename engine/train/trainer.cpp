@@ -13,6 +13,7 @@
 #include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/config/recipe_io.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
+#include "engine/train/cpu_threads.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/memory_check.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
@@ -75,6 +76,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   use_device_communicators(groups, *backend_, device);
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
+  if (rank_ == 0 && r_.train.backend == "cpu") cpu_threads_note_ = cpu_oversubscription_note(this_rank_cpu_threads(hosts, 0));
   // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
   // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
   const std::vector<float> init = build_model(hosts);

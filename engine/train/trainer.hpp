@@ -111,6 +111,7 @@ class Trainer {
   BatchController batch_;                // the global batch of each step (train.batch_policy)
   StepTimeModel goodput_timing_;         // LOOM_GOODPUT_TIMING: a fixed step-time model (invalid: measure)
   nlohmann::json batch_decisions_ = nlohmann::json::array();  // rank 0: this session's, for run.json
+  std::string cpu_threads_note_;  // rank 0, CPU backend: OpenMP threads oversubscribing the cores (cpu_threads.hpp)
   double timed_samples_ = 0;             // sequences of the timed steps (all after the first)
   std::unique_ptr<LossScaler> scaler_;   // fp16's dynamic loss scale (disabled otherwise)
   std::unique_ptr<RankReports> reports_;
