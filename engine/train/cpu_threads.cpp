@@ -1,15 +1,36 @@
 #include "engine/train/cpu_threads.hpp"
 
-#include <omp.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace loom {
+namespace {
+
+std::string count(int n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }
+
+struct Affinity {
+  std::string host;
+  std::set<int> cpus;
+};
+
+Affinity parse(const std::string& line) {
+  const size_t tab = line.rfind('\t');
+  if (tab == std::string::npos) throw std::invalid_argument("cpu affinity line without a tab: '" + line + "'");
+  Affinity a{line.substr(0, tab), {}};
+  std::istringstream in(line.substr(tab + 1));
+  for (std::string cpu; std::getline(in, cpu, ',');)
+    if (!cpu.empty()) a.cpus.insert(std::stoi(cpu));
+  return a;
+}
+
+}  // namespace
 
 std::string cpu_oversubscription_note(const CpuThreads& t) {
+  if (t.ranks_on_node < 1 || t.threads_per_rank < 1 || t.cores_on_node < 1 || t.cores_of_rank < 1) return "";
   const int threads = t.ranks_on_node * t.threads_per_rank;
   const bool node_over = threads > t.cores_on_node;
   const bool rank_over = t.threads_per_rank > t.cores_of_rank;
@@ -17,30 +38,58 @@ std::string cpu_oversubscription_note(const CpuThreads& t) {
   std::ostringstream s;
   s << "loom: note: ";
   if (node_over) {
-    s << t.ranks_on_node << (t.ranks_on_node == 1 ? " rank" : " ranks") << " on " << t.host << " run "
-      << t.threads_per_rank << " OpenMP thread" << (t.threads_per_rank == 1 ? "" : "s") << " each: " << threads
-      << " threads on " << t.cores_on_node << (t.cores_on_node == 1 ? " core" : " cores");
-    if (rank_over) s << ", and rank 0 may run on " << t.cores_of_rank << " of them (its CPU affinity)";
+    const bool one = t.ranks_on_node == 1;
+    s << count(t.ranks_on_node, "rank", "ranks") << " on " << t.host << (one ? " runs " : " run ")
+      << count(t.threads_per_rank, "OpenMP thread", "OpenMP threads") << (one ? "" : " each") << ": "
+      << count(threads, "thread", "threads") << " on the " << count(t.cores_on_node, "core", "cores")
+      << (one ? " it may run on" : " they may run on");
+    if (rank_over && t.cores_of_rank < t.cores_on_node) s << ", rank 0 on " << count(t.cores_of_rank, "core", "cores") << " of them (its CPU affinity)";
   } else {
-    s << "rank 0 runs " << t.threads_per_rank << " OpenMP threads on the " << t.cores_of_rank
-      << (t.cores_of_rank == 1 ? " core" : " cores") << " its CPU affinity allows (a launcher's binding: mpirun "
+    s << "rank 0 runs " << count(t.threads_per_rank, "OpenMP thread", "OpenMP threads") << " on the "
+      << count(t.cores_of_rank, "core", "cores") << " its CPU affinity allows (a launcher's binding: mpirun "
       << "binds 1-2 ranks to a core each unless given --bind-to none)";
   }
-  const int fit = std::max(1, std::min(t.cores_on_node / std::max(1, t.ranks_on_node), t.cores_of_rank));
-  s << ". Threads beyond the cores make training several times slower (OpenMP and MPI wait by spinning): set "
-    << "OMP_NUM_THREADS=" << fit << " (the cores / the ranks per node; the Slurm templates set it from "
-    << "--cpus-per-task)";
+  s << ". Threads beyond the cores make training several times slower (OpenMP and MPI wait by spinning): ";
+  const int fit = std::min(t.cores_on_node / t.ranks_on_node, t.cores_of_rank);
+  if (fit >= 1 && fit < t.threads_per_rank)
+    s << "set OMP_NUM_THREADS=" << fit << " (the cores each rank gets; the Slurm templates set it from "
+      << "--cpus-per-task)";
+  else
+    s << "more ranks than cores on " << t.host << ", run at most " << t.cores_on_node << " there";
   return s.str();
 }
 
-CpuThreads this_rank_cpu_threads(const std::vector<std::string>& hosts, int world_rank) {
-  CpuThreads t;
-  t.host = hosts.at(size_t(world_rank));
-  t.ranks_on_node = int(std::count(hosts.begin(), hosts.end(), t.host));
-  t.threads_per_rank = omp_get_max_threads();
-  t.cores_on_node = std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));
+std::string cpu_affinity_line(const std::string& host) {
+  std::string line = host + "\t";
   cpu_set_t set;
-  t.cores_of_rank = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : t.cores_on_node;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return line;  // unknown: no CPUs listed
+  bool first = true;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) {
+      if (!first) line += ',';
+      line += std::to_string(cpu);
+      first = false;
+    }
+  return line;
+}
+
+CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int threads_per_rank) {
+  const Affinity me = parse(lines.at(size_t(rank)));
+  CpuThreads t;
+  t.host = me.host;
+  t.threads_per_rank = threads_per_rank;
+  t.cores_of_rank = int(me.cpus.size());
+  std::set<int> node;
+  bool known = true;
+  for (const std::string& line : lines) {
+    const Affinity a = parse(line);
+    if (a.host != me.host) continue;
+    ++t.ranks_on_node;
+    known = known && !a.cpus.empty();
+    node.insert(a.cpus.begin(), a.cpus.end());
+  }
+  t.cores_on_node = known ? int(node.size()) : 0;
   return t;
 }
 

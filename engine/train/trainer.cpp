@@ -1,5 +1,7 @@
 #include "engine/train/trainer.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -76,7 +78,10 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   use_device_communicators(groups, *backend_, device);
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
-  if (rank_ == 0 && r_.train.backend == "cpu") cpu_threads_note_ = cpu_oversubscription_note(this_rank_cpu_threads(hosts, 0));
+  if (r_.train.backend == "cpu") {  // every rank alike: a collective
+    const std::vector<std::string> cpus = parallel::all_gather_strings(groups.world(), cpu_affinity_line(hosts[rank_]));
+    if (rank_ == 0) cpu_threads_note_ = cpu_oversubscription_note(cpu_threads_of(cpus, 0, omp_get_max_threads()));
+  }
   // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
   // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
   const std::vector<float> init = build_model(hosts);

@@ -25,18 +25,18 @@ assert [r["step"] for r in b] == list(range(30)), "the resumed runs' metrics are
 assert [x["loss"] for x in a[:10]] == [x["loss"] for x in b[:10]], "the first fp32 segment differs"
 # Step 11 is the first of the bf16 segment: it evaluates exactly the straight run's weights after
 # step 10 (restored from the fp32 checkpoint, moments included), so only bf16's rounding of the
-# forward pass separates the two losses (~1e-4 relative); a resume that lost the weights or the
-# moments is far off (fresh weights: ln 256 = 5.5 against ~3.9).
+# forward pass separates the two losses (~1e-4 relative); a resume that lost the weights is far
+# off (fresh weights: ln 256 = 5.5 against ~3.9). Lost moments would show only in later steps.
 first = abs(a[10]["loss"] - b[10]["loss"]) / a[10]["loss"]
 # After 10 bf16 and 10 fp32 steps the trajectories differ as any two bf16/fp32 runs do; the mean
-# of the last 5 losses stays within 1% (measured 7e-7 relative, and 2.2e-4 on step 11; on the tiny
-# recipe, whose loss spike near step 20 amplifies rounding differences to ~10% on that one step,
-# this needed 3%).
+# of the last 5 losses stays within 1e-3 (measured 7e-7 relative, and 2.2e-4 on step 11; on the
+# tiny recipe, whose loss spike near step 20 amplifies rounding differences to ~10% on that one
+# step, this needed 3%).
 end = lambda r: sum(x["loss"] for x in r[25:]) / 5
 last = abs(end(a) - end(b)) / end(a)
 print(f"fp32 -> bf16 -> fp32: step 11 loss {b[10]['loss']:.4f} vs {a[10]['loss']:.4f} (rel {first:.1e}); "
       f"mean of steps 26-30 {end(b):.4f} vs {end(a):.4f} (rel {last:.1e})")
-assert first < 5e-3 and last < 0.01, (first, last)
+assert first < 5e-3 and last < 1e-3, (first, last)
 PY
 # fp16: the scale grows every 4 good steps; the checkpoint at 10 records it, the resumed run uses it.
 fp16=(--set train.precision=fp16 --set train.loss_scale_growth_interval=4 --set checkpoint.dir="$WORK/c_fp16")

@@ -40,9 +40,10 @@ for name, tol in (("bf16", 0.02), ("fp16", 0.03)):
     print(f"{name}: last-20 loss {t:.4f} ({100*dt:.2f}% from fp32), val {v:.4f} ({100*dv:.2f}%), "
           f"activations {act_mb(name):.2f} MB")
     assert dt <= tol and dv <= tol, f"{name} ends more than {100*tol:.0f}% from fp32"
-    # Activations in 16 bits, LayerNorm statistics and losses in fp32: a little over half.
+    # Activations in 16 bits, LayerNorm statistics and losses in fp32: a little over half
+    # (measured 0.502 on the small model).
     ratio = act_mb(name) / act_mb("fp32")
-    assert 0.5 <= ratio <= 0.56, f"{name}: activations {ratio:.3f} of fp32's"
+    assert 0.5 <= ratio <= 0.53, f"{name}: activations {ratio:.3f} of fp32's"
 fp16 = rows("fp16")
 s49, s50, s51 = fp16[48], fp16[49], fp16[50]  # steps 49, 50 (forced), 51 (0-based step 48..50)
 assert s50.get("skipped") == 1 and s50["loss_scale"] == s49["loss_scale"], f"step 50 not skipped: {s50}"

@@ -14,7 +14,9 @@ cd "$SRC"
 export OMP_NUM_THREADS=1
 cluster_up 2 10gbit 1
 cluster_slurm_up
-steps=80
+# 120 steps of the small model: the signal, sent once 25 steps are logged, must reach the ranks
+# before the run ends by itself (it took 2 steps).
+steps=120
 overrides="${SMALL[*]} --set train.steps=$steps --set log.eval_every=0 --set log.every=1 --set checkpoint.every=20"
 t0=$(date +%s)
 job=$(sbatch --parsable --nodes=2 --ntasks-per-node=1 --gpus-per-node=1 --cpus-per-task=1 --time=30 \

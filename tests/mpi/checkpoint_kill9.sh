@@ -8,9 +8,12 @@ trials=${4:-4}
 corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
+# The small model, 80 steps (~0.9 s of start-up and ~2.8 s of training on 2 ranks here).
 # shellcheck disable=SC2206
-args=("${SMALL[@]}" --set train.steps=40 --set log.eval_every=0 --set checkpoint.every=4 --set checkpoint.keep_last=2 ${KILL9_SET:-})
+args=("${SMALL[@]}" --set train.steps=80 --set log.eval_every=0 --set checkpoint.every=4 --set checkpoint.keep_last=2 ${KILL9_SET:-})
+t0=$(date +%s%N)
 mpi -np 2 "$LOOM" train configs/tiny.yaml "${args[@]}" --set checkpoint.dir="$WORK/ref" --set log.dir="$WORK/rref" > /dev/null
+ref_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 tensors() { "$LOOM" ckpt inspect "$1" | sed -n '/tensors/,/recipe:/p'; }
 tensors "$WORK/ref" > "$WORK/ref.tensors"
 RANDOM=1234  # reproducible kill times
@@ -23,8 +26,12 @@ for trial in $(seq 1 "$trials"); do
       --set checkpoint.dir="$ck" --set log.dir="$WORK/r$trial" > "$WORK/t$trial.$attempt.out" 2>&1 &
     job=$!
     if [ "$attempt" -le 2 ]; then
-      sleep "0.$(( RANDOM % 9 + 1 ))$(( RANDOM % 10 ))"
-      sleep $(( RANDOM % 2 ))
+      # In proportion to the uninterrupted run's time, whatever this machine's speed: the first
+      # launch at 40-95% of it (past the start-up, about a quarter of it, and before the end), the
+      # restart, which has fewer steps left, at 15-60% (sometimes while it loads the checkpoint;
+      # sometimes after it finished).
+      ms=$(( attempt == 1 ? ref_ms * (40 + RANDOM % 56) / 100 : ref_ms * (15 + RANDOM % 46) / 100 ))
+      sleep "$(( ms / 1000 )).$(printf %03d $(( ms % 1000 )))"
       pids=$(pgrep -f -- "checkpoint.dir=$ck" | grep -v "^$job$" || true)
       pids=$(for p in $pids; do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ] && echo "$p"; done)
       if [ -n "$pids" ]; then
@@ -46,14 +53,18 @@ for trial in $(seq 1 "$trials"); do
       [ "$partial" = 0 ] || what="$what, mid-save (a .partial directory was left)"
       echo "trial $trial attempt $attempt: killed ${what:-nothing (finished first)}; newest complete checkpoint: ${last:-none}"
       what=""
-      [ -e "$ck/step_00000040/manifest.json" ] && break
+      [ -e "$ck/step_00000080/manifest.json" ] && break
     else
       wait "$job" || fail "trial $trial: the uninterrupted restart failed: $(tail -5 "$WORK/t$trial.$attempt.out")"
       break
     fi
   done
   grep -h "resumed from" "$WORK"/t"$trial".*.out | sed "s/^/trial $trial: /" || true
+  resumes=$(( ${resumes:-0} + $(cat "$WORK"/t"$trial".*.out | grep -c "resumed from" || true) ))
   diff "$WORK/ref.tensors" <(tensors "$ck") > /dev/null || fail "trial $trial: final parameters differ from the uninterrupted run"
   echo "trial $trial: $kills kills, final parameters bitwise equal to the uninterrupted run"
 done
+# A kill that always came before the first checkpoint would test nothing of resuming.
+[ "${resumes:-0}" -ge 1 ] || fail "no restart resumed from a checkpoint: every kill came before the first save"
+echo "$resumes restarts resumed from a checkpoint"
 echo PASS

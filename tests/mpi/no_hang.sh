@@ -19,14 +19,17 @@ cd "$SRC"
 export OMP_NUM_THREADS=1
 timeout_s=10
 args=(--set parallel.tp=2 --set train.steps=2000 --set log.every=1 --set log.eval_every=0 --set parallel.timeout_s=$timeout_s)
-ranks_of() { for p in $(pgrep -f -- "log.dir=$1" || true); do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ] && echo "$p"; done; }
+ranks_of() {  # (status 0 always: a pid that exits between pgrep and ps must not end the script)
+  for p in $(pgrep -f -- "log.dir=$1" || true); do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ] && echo "$p"; done
+  return 0
+}
 # No rank of log.dir $1 may be left 2 s after its job ended (checked every 0.1 s; the ones left
 # then are killed and named): gone_within_2s DIR WHAT
 gone_within_2s() {
   local left
   for _ in $(seq 20); do left=$(ranks_of "$1"); [ -z "$left" ] && return 0; sleep 0.1; done
   left=$(ranks_of "$1")
-  [ -z "$left" ] || { kill -9 $left; fail "$2: ranks still running 2 s after the job ended"; }
+  [ -z "$left" ] || { kill -9 $left; fail "$2: ranks (pids $(echo $left)) still running 2 s after the job ended"; }
 }
 
 # Starts 4 ranks in the background with log.dir $WORK/TAG (output in $WORK/TAG.out, mpirun's pid

@@ -36,7 +36,7 @@ run quarters 1 3 --set train.global_batch=8
 run dp2_zero2 2 1 --set parallel.zero=2
 run tp2_dp2_zero3 4 1 --set parallel.zero=3 --set parallel.tp=2
 run dp2_zero3_micro16 2 1 --set parallel.zero=3 --set train.micro_batch=16
-# B_simple once the weights move (the default learning rate), and its progress-line field.
+# B_simple once the weights move (the small model's learning rate), and its progress-line field.
 # (The tests' small model, SMALL in common.sh, for these 30-step runs.)
 mpi -np 2 "$LOOM" train configs/tiny.yaml "${SMALL[@]}" --set train.steps=30 --set log.every=10 --set log.eval_every=0 \
   --set log.dir="$WORK/moving" > "$WORK/moving.out" 2>&1 || { cat "$WORK/moving.out"; fail "moving failed"; }

@@ -40,7 +40,9 @@ for launcher in srun mpirun; do
 done
 
 # 2. Signalled mid-run: checkpoint, exit 75, requeue, resume, same result as uninterrupted.
-steps=80
+# 120 steps of the small model (~25 ms a step on 2 ranks here): the signal, sent once 30 steps are
+# logged, must reach the ranks before the run ends by itself (it took 2-3 steps).
+steps=120
 job=$(submit "${small[@]}" --output="$WORK/t2.out" \
         --export=ALL,RECIPE=configs/tiny.yaml,RUN_DIR="$WORK/t2",OVERRIDES="--set train.steps=$steps $tiny" \
         slurm/train-single-node.sbatch)
@@ -91,7 +93,7 @@ PY
 printf '#!/bin/bash\n#SBATCH --requeue\n#SBATCH --open-mode=append\nsource "${SLURM_SUBMIT_DIR:-.}/slurm/loom_job.sh"\nloom_setup\nloom_train\n' \
   > "$WORK/elastic.sbatch"
 job=$(submit --ntasks=2 --cpus-per-task=1 --time=10 --output="$WORK/t4.out" \
-        --export=ALL,RECIPE=configs/tiny.yaml,TP=1,RUN_DIR="$WORK/t4",OVERRIDES="--set train.steps=60 $tiny" \
+        --export=ALL,RECIPE=configs/tiny.yaml,TP=1,RUN_DIR="$WORK/t4",OVERRIDES="--set train.steps=100 $tiny" \
         "$WORK/elastic.sbatch")
 for _ in $(seq 600); do
   [ -f "$WORK/t4/metrics.jsonl" ] && [ "$(wc -l < "$WORK/t4/metrics.jsonl")" -ge 20 ] && break; sleep 0.1
@@ -105,7 +107,7 @@ grep "elastic resume" "$WORK/t4.out" || { cat "$WORK/t4.out"; fail "4: the reque
 python3 - "$WORK/t4" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(f"{sys.argv[1]}/metrics.jsonl") if '"step"' in l]
-assert [r["step"] for r in rows] == list(range(60)), "steps missing or duplicated"
+assert [r["step"] for r in rows] == list(range(100)), "steps missing or duplicated"
 s = json.load(open(f"{sys.argv[1]}/run.json"))["sessions"]
 assert [len(x["ranks"]) for x in s] == [2, 1] and [x["exit_status"] for x in s] == [75, 0], s
 rz = s[1]["resized"]
