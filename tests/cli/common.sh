@@ -22,7 +22,8 @@ mpi() { "$MPIEXEC" --oversubscribe --bind-to none "$@"; }
 # lr of 3e-3 this shape spikes and turns chaotic after step 20 (summation-order differences
 # between layouts grow to 1e-3 of the grad norm by step 30); at 1e-3 it learns smoothly (5.5 to
 # 2.8 nats in 150 steps) and layouts agree to ~1e-8.
-# (SMALL_SHAPE alone where a test sets the learning rate itself.)
+# (SMALL_SHAPE alone where a test sets the learning rate itself. No commas in these values: the
+# Slurm tests pass "${SMALL[*]}" inside sbatch --export, which splits at commas.)
 SMALL_SHAPE=(--set model.d_model=64 --set model.seq_len=32)
 SMALL=("${SMALL_SHAPE[@]}" --set optim.lr=1e-3)
 # The demo corpus, made once per build tree.
