@@ -43,7 +43,8 @@ std::string cpu_oversubscription_note(const CpuThreads& t) {
       << count(t.threads_per_rank, "OpenMP thread", "OpenMP threads") << (one ? "" : " each") << ": "
       << count(threads, "thread", "threads") << " on the " << count(t.cores_on_node, "core", "cores")
       << (one ? " it may run on" : " they may run on");
-    if (rank_over && t.cores_of_rank < t.cores_on_node) s << ", rank 0 on " << count(t.cores_of_rank, "core", "cores") << " of them (its CPU affinity)";
+    if (rank_over && t.cores_of_rank < t.cores_on_node)
+      s << ", rank 0 on " << count(t.cores_of_rank, "core", "cores") << " of them (its CPU affinity)";
   } else {
     s << "rank 0 runs " << count(t.threads_per_rank, "OpenMP thread", "OpenMP threads") << " on the "
       << count(t.cores_of_rank, "core", "cores") << " its CPU affinity allows (a launcher's binding: mpirun "
