@@ -294,39 +294,72 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<uint32_t>& out) c
   }
   const size_t first = out.size();
   bpe(piece, out);
+  if (piece.size() > kCacheMaxBytes) return;
   if (cache_.size() >= kCacheEntries) cache_.clear();
   cache_.emplace(std::string(piece), std::vector<uint32_t>(out.begin() + first, out.end()));
 }
 
 void Gpt2Bpe::bpe(std::string_view piece, std::vector<uint32_t>& out) const {
-  word_.clear();
-  for (char c : piece) word_.push_back(byte_id_[static_cast<unsigned char>(c)]);
   // encoder.py's loop: take the adjacent pair of lowest rank, merge all its occurrences left to
   // right (non-overlapping), repeat until no adjacent pair is a merge or one symbol is left.
-  while (word_.size() > 1) {
-    const Merge* best = nullptr;
-    uint32_t left = 0, right = 0;
-    for (size_t i = 0; i + 1 < word_.size(); ++i) {
-      auto it = merges_.find((uint64_t(word_[i]) << 32) | word_[i + 1]);
-      if (it != merges_.end() && (!best || it->second.rank < best->rank)) {
-        best = &it->second;
-        left = word_[i];
-        right = word_[i + 1];
-      }
-    }
-    if (!best) break;
-    size_t w = 0;
-    for (size_t i = 0; i < word_.size();) {
-      if (i + 1 < word_.size() && word_[i] == left && word_[i + 1] == right) {
-        word_[w++] = best->merged;
-        i += 2;
-      } else {
-        word_[w++] = word_[i++];
-      }
-    }
-    word_.resize(w);
+  // Rescanning the word per merge, as encoder.py does, is quadratic: a 64 KB run of letters (a DNA
+  // sequence, a minified blob) took 2 s and a megabyte would take minutes. Here the candidate
+  // pairs sit in a min-heap ordered by (rank, position) and the symbols in a linked list, which
+  // gives the same result in O(n log n):
+  //  - one round pops every entry of the lowest rank r, in position order, which is encoder.py's
+  //    left-to-right pass; an entry whose symbols have changed since it was pushed is skipped;
+  //  - the pairs a merge creates are pushed only when the round ends: one of them may rank below
+  //    r, and must not be merged before the round's remaining occurrences of r. None of them is
+  //    of rank r itself (a merged symbol is longer than either of its parts), so no occurrence of
+  //    r is missed either.
+  const size_t n = piece.size();
+  constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+  if (n == 0) return;
+  if (n >= kNone)
+    throw std::runtime_error("Gpt2Bpe::encode: a run of " + std::to_string(n) +
+                             " bytes of one character class (letters, digits, spaces or punctuation) is too long: "
+                             "the limit is 4 GiB");
+  word_.resize(n);
+  next_.resize(n);
+  prev_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    word_[i] = byte_id_[static_cast<unsigned char>(piece[i])];
+    next_[i] = i + 1 < n ? uint32_t(i + 1) : kNone;
+    prev_[i] = i > 0 ? uint32_t(i - 1) : kNone;
   }
-  out.insert(out.end(), word_.begin(), word_.end());
+  // The min-heap's order: std::*_heap keep the greatest on top, so "greater" puts the least there.
+  auto later = [](const PairAt& a, const PairAt& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+  auto candidate = [&](uint32_t pos, std::vector<PairAt>& into) {
+    const uint32_t q = next_[pos];
+    if (q == kNone) return;
+    auto it = merges_.find((uint64_t(word_[pos]) << 32) | word_[q]);
+    if (it != merges_.end()) into.push_back({it->second.rank, pos, word_[pos], word_[q]});
+  };
+  heap_.clear();
+  for (size_t i = 0; i + 1 < n; ++i) candidate(uint32_t(i), heap_);
+  std::make_heap(heap_.begin(), heap_.end(), later);
+  while (!heap_.empty()) {
+    const uint32_t rank = heap_.front().rank;
+    created_.clear();
+    while (!heap_.empty() && heap_.front().rank == rank) {
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      const PairAt e = heap_.back();
+      heap_.pop_back();
+      const uint32_t p = e.pos, q = next_[p];
+      if (word_[p] != e.left || q == kNone || word_[q] != e.right) continue;  // stale: merged since
+      word_[p] = merges_.find((uint64_t(e.left) << 32) | e.right)->second.merged;
+      word_[q] = kNone;  // symbol q is now part of p
+      next_[p] = next_[q];
+      if (next_[q] != kNone) prev_[next_[q]] = p;
+      if (prev_[p] != kNone) candidate(prev_[p], created_);
+      candidate(p, created_);
+    }
+    for (const PairAt& c : created_) {
+      heap_.push_back(c);
+      std::push_heap(heap_.begin(), heap_.end(), later);
+    }
+  }
+  for (uint32_t i = 0; i != kNone; i = next_[i]) out.push_back(word_[i]);  // the first symbol is never merged away
 }
 
 }  // namespace loom

@@ -58,7 +58,7 @@ class Gpt2Bpe {
 
   // Appends the ids of one pre-tokenised piece (its raw bytes), through the cache.
   void encode_piece(std::string_view piece, std::vector<uint32_t>& out) const;
-  // The standard bpe() loop on the piece's byte symbols; appends the resulting ids.
+  // encoder.py's bpe() on the piece's byte symbols, in O(n log n); appends the resulting ids.
   void bpe(std::string_view piece, std::vector<uint32_t>& out) const;
 
   std::unique_ptr<Pattern> pattern_;
@@ -69,9 +69,18 @@ class Gpt2Bpe {
   int eot_id_ = -1;
 
   // Per-piece results keyed by the piece's bytes; cleared whenever it reaches kCacheEntries.
+  // Pieces longer than kCacheMaxBytes are not kept: they seldom recur, and a megabyte-long run
+  // would pin its bytes and ids until the next clear.
   static constexpr size_t kCacheEntries = 1 << 17;
+  static constexpr size_t kCacheMaxBytes = 256;
   mutable std::unordered_map<std::string, std::vector<uint32_t>, StringHash, std::equal_to<>> cache_;
-  mutable std::vector<uint32_t> word_;  // scratch for bpe()
+  struct PairAt {  // a candidate merge in bpe(): the pair (left, right) at symbol `pos`
+    uint32_t rank, pos, left, right;
+  };
+  // Scratch for bpe(): each byte's symbol (merged into the leftmost byte of its span), the linked
+  // list of the symbols still standing, the candidate heap and the pairs one round creates.
+  mutable std::vector<uint32_t> word_, next_, prev_;
+  mutable std::vector<PairAt> heap_, created_;
   mutable std::string subject_, piece_;  // scratch for invalid-UTF-8 input
 };
 

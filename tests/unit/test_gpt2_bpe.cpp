@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -163,4 +165,96 @@ TEST_CASE("Gpt2Bpe errors name the file and the problem", "[bpe]") {
   CHECK_THAT(error_of(twice, kMerges), Contains(twice) && Contains("id 1"));
   const std::string no_bytes = write_file("no_bytes.json", "{\"a\": 0}");
   CHECK_THAT(error_of(no_bytes, kMerges), Contains(no_bytes) && Contains("byte"));
+}
+
+namespace {
+
+// encoder.py's bpe() as written there, on symbol strings (for letters, bytes_to_unicode is the
+// identity): rescans the word for the lowest-rank pair and merges all its occurrences left to
+// right, until none is left. Quadratic, as encoder.py is; the reference for Gpt2Bpe's heap.
+std::vector<uint32_t> reference_bpe(const std::string& word, const nlohmann::json& vocab,
+                                    const std::map<std::pair<std::string, std::string>, size_t>& ranks) {
+  std::vector<std::string> w;
+  for (char c : word) w.emplace_back(1, c);
+  while (w.size() > 1) {
+    size_t best = SIZE_MAX;
+    std::pair<std::string, std::string> pair;
+    for (size_t i = 0; i + 1 < w.size(); ++i)
+      if (auto it = ranks.find({w[i], w[i + 1]}); it != ranks.end() && it->second < best) {
+        best = it->second;
+        pair = it->first;
+      }
+    if (best == SIZE_MAX) break;
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < w.size();) {
+      if (i + 1 < w.size() && w[i] == pair.first && w[i + 1] == pair.second) {
+        merged.push_back(w[i] + w[i + 1]);
+        i += 2;
+      } else {
+        merged.push_back(w[i++]);
+      }
+    }
+    w = std::move(merged);
+  }
+  std::vector<uint32_t> ids;
+  for (const std::string& s : w) ids.push_back(vocab.at(s).get<uint32_t>());
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("Gpt2Bpe merges long words exactly as encoder.py's loop does", "[bpe]") {
+  // Long runs of letters (a DNA sequence, a minified blob) are one piece each: the heap-based
+  // bpe() must give encoder.py's ids on them, whatever the length.
+  const Gpt2Bpe bpe(kVocab, kMerges);
+  const auto vocab = nlohmann::json::parse(file_text(kVocab));
+  std::map<std::pair<std::string, std::string>, size_t> ranks;
+  std::istringstream lines(file_text(kMerges));
+  std::string line;
+  std::getline(lines, line);  // #version
+  while (std::getline(lines, line)) {
+    std::istringstream f(line);
+    std::string a, b;
+    if (f >> a >> b) ranks[{a, b}] = ranks.size();
+  }
+  REQUIRE(ranks.size() == 300);
+  std::mt19937 rng(7);
+  const std::string alphabets[] = {"ab", "ACGT", "etaoinshr", "abcdefghijklmnopqrstuvwxyz", "the"};
+  int checked = 0;
+  for (int len : {2, 3, 5, 17, 100, 1000, 20000}) {
+    for (const std::string& alphabet : alphabets) {
+      std::string word;
+      for (int i = 0; i < len; ++i) word += alphabet[rng() % alphabet.size()];
+      std::vector<uint32_t> got;
+      bpe.encode(word, got);
+      const std::vector<uint32_t> want = reference_bpe(word, vocab, ranks);
+      INFO("a word of " << len << " letters of \"" << alphabet << "\"");
+      CHECK(got == want);
+      checked += got.size() < word.size();  // some merges happened
+    }
+  }
+  CHECK(checked >= 20);
+}
+
+TEST_CASE("Gpt2Bpe merges every occurrence of a rank before the pairs that merging creates", "[bpe]") {
+  // merges.txt: "ab a" (rank 0) then "a b" (rank 1). On "abab" encoder.py merges both "a b"
+  // first (ab ab), and "ab a" no longer occurs. Merging the first "a b" and then at once the
+  // lower-ranked "ab a" it created would give aba b instead.
+  nlohmann::json vocab = nlohmann::json::object();
+  const auto full = nlohmann::json::parse(file_text(kVocab));
+  for (const auto& [token, id] : full.items())
+    if (id.get<uint32_t>() < 256) vocab[token] = id;
+  vocab["ab"] = 256;
+  vocab["aba"] = 257;
+  const Gpt2Bpe bpe(write_file("order_vocab.json", vocab.dump()),
+                    write_file("order_merges.txt", "#version: 0.2\nab a\na b\n"));
+  std::vector<uint32_t> ids;
+  bpe.encode("abab", ids);
+  CHECK(ids == std::vector<uint32_t>{256, 256});
+  ids.clear();
+  bpe.encode("aba", ids);  // a b, then ab a
+  CHECK(ids == std::vector<uint32_t>{257});
+  ids.clear();
+  bpe.encode("ababa", ids);  // ab ab a, then ab aba
+  CHECK(ids == std::vector<uint32_t>{256, 257});
 }
