@@ -115,18 +115,28 @@ class NcclCommunicator final : public Communicator {
     MPI_Comm_size(comm, &size_);
     st_->name = name;
     st_->rank = rank_;
-    NcclId bytes = root_id;
-    if (MPI_Bcast(bytes.data(), int(bytes.size()), MPI_BYTE, 0, comm) != MPI_SUCCESS)
-      throw std::runtime_error("MPI_Bcast of the NCCL id failed on the " + name + " group");
-    ncclUniqueId id;
-    std::memcpy(&id, bytes.data(), sizeof id);
-    cuda_check(cudaSetDevice(device), "cudaSetDevice");  // the thread's current device, as nccl_prepare left it
-    nccl_check(ncclCommInitRank(&st_->comm, size_, id, rank_), "ncclCommInitRank", rank_);
+    // The members' world ranks: the watchdog names the ones a timed-out call waits for.
+    st_->channel = Watchdog::register_channel(st_->name.c_str(), world_ranks(comm));
+    try {
+      // The id's broadcast and ncclCommInitRank wait for every member: watched as one collective
+      // (parallel.timeout_s), so a member that never arrives ends the job, named, instead of
+      // leaving the others inside NCCL's initialisation for ever.
+      Watchdog::Scope scope("NCCL initialisation (id broadcast, ncclCommInitRank)", st_->name.c_str(),
+                            st_->channel);
+      NcclId bytes = root_id;
+      if (MPI_Bcast(bytes.data(), int(bytes.size()), MPI_BYTE, 0, comm) != MPI_SUCCESS)
+        throw std::runtime_error("MPI_Bcast of the NCCL id failed on the " + name + " group");
+      ncclUniqueId id;
+      std::memcpy(&id, bytes.data(), sizeof id);
+      cuda_check(cudaSetDevice(device), "cudaSetDevice");  // the thread's current device, as nccl_prepare left it
+      nccl_check(ncclCommInitRank(&st_->comm, size_, id, rank_), "ncclCommInitRank", rank_);
+    } catch (...) {
+      Watchdog::release_channel(st_->channel);
+      throw;
+    }
     comm_ = st_->comm;
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreate");
-    // The members' world ranks: the watchdog names the ones a timed-out call waits for.
-    st_->channel = Watchdog::register_channel(st_->name.c_str(), world_ranks(comm));
     // The abort path's ncclCommAbort makes the communicator's kernels return, so the device is
     // released and the process can end. It waits for an operation being issued (the lock); the
     // abort's deadline bounds that wait if the issue itself hangs (connecting to a dead peer).

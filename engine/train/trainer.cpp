@@ -48,6 +48,13 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
       trace_(groups.world_rank()),
       faults_(FaultInjection::from_env()),
       started_(std::chrono::steady_clock::now()) {
+  // From here the communication watchdog runs (parallel.timeout_s), through set-up too, so it
+  // watches NCCL's initialisation, where a peer that never joins used to leave the others
+  // inside ncclCommInitRank for ever. (Set-up's agreements on errors stay unwatched, as
+  // host_collectives.hpp says: the others may legitimately wait long there for one rank's data
+  // or checkpoint checks.) Collective: every rank starts it here; stopped by watchdog_'s
+  // destructor, also when the constructor throws.
+  watchdog_.start(r_.parallel.timeout_s, rank_);
   // Data first: a bad path or shard is reported before any model memory is allocated.
   const auto& m = r_.model;
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
@@ -198,7 +205,7 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
   return init;
 }
 
-Trainer::~Trainer() { parallel::Watchdog::stop(); }
+Trainer::~Trainer() = default;  // watchdog_ stops the watchdog
 
 TrainSummary Trainer::run() {
   print_header();
@@ -209,8 +216,6 @@ TrainSummary Trainer::run() {
   RunGuard guard(r_.train, r_.model.vocab_size, resumed_.health.first_bad_step, resumed_.path, rank_, started_);
   double timed_s = 0, last_wait = 0;
   double max_save_s = 0;  // the longest save so far: the room train.max_minutes leaves for the last one
-  // From here every blocking communication call is watched (parallel.timeout_s).
-  parallel::Watchdog::start(r_.parallel.timeout_s, rank_);
   // A stop signal while blocked in a call that a dead rank will never complete aborts at once.
   parallel::Watchdog::set_stop_probe(&stop_signal);
   const int64_t start = resumed_.steps_done, trace_from = start + 1, trace_to = trace_end();

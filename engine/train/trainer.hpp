@@ -38,6 +38,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/op_timer.hpp"
 #include "parallel/process_groups.hpp"
+#include "parallel/watchdog.hpp"
 
 namespace loom {
 
@@ -95,6 +96,13 @@ class Trainer {
   // log.trace records steps [resumed + 1, trace_end()) of the session (the first warms up).
   int64_t trace_end() const { return resumed_.steps_done + 1 + r_.log.trace_steps; }
 
+  // The communication watchdog for the Trainer's life: started first thing in the constructor,
+  // stopped when it ends, on every path (a constructor that throws included).
+  struct WatchdogRun {
+    void start(double timeout_s, int rank) { parallel::Watchdog::start(timeout_s, rank); }
+    ~WatchdogRun() { parallel::Watchdog::stop(); }
+  };
+  WatchdogRun watchdog_;  // first: destroyed last, so set-up and tear-down are watched alike
   Recipe r_;
   parallel::ProcessGroups& groups_;
   int rank_;
