@@ -16,6 +16,7 @@
 #include "engine/pretrained/load_pretrained.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
+#include "engine/train/same_data.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
@@ -32,6 +33,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   std::unique_ptr<Gpt> model;
   std::vector<StepBatch> batches;
   TokenDataset data;
+  DataFingerprint print;  // of this rank's copy of --data
   int T = 0, device = 0;
   uint64_t samples = 0;  // in the split: more asked for than it holds come round again
   const int dp = world.size();
@@ -48,12 +50,18 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
           throw std::runtime_error("--batches " + std::to_string(a.batches) + " is not a multiple of the " +
                                    std::to_string(dp) + " ranks");
         data = open_dataset(a.data, "auto", "--data", a.split);
-        validate_dataset(data, m.vocab_size, T, "--data");
+        print = validate_dataset(data, m.vocab_size, T, "--data");
         samples = SampleIndex(data.shards, T).size();
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {
         groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{1, dp, 1});
+      }))
+    return 2;
+  // Every rank must evaluate the same tokens (same_data.hpp). Collective, then agreed.
+  const std::string differs = data_differs_from_rank0(groups->world(), "--data=" + a.data, print, "evaluation data");
+  if (!agreed_step(world, "eval", [&] {
+        if (!differs.empty()) throw std::runtime_error(differs);
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {

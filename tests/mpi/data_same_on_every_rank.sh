@@ -1,15 +1,23 @@
-# data.train must hold the same tokens on every rank. Two ranks started by one mpirun in different
-# working directories (MPMD, `-wdir`), each reading its own relative train.bin, stand for
-# node-local copies of the data:
-#   1. identical copies: the job trains;
-#   2. rank 1's copy has two neighbouring tokens swapped (same size, same samples per epoch): the
-#      job is refused before training (exit 2), naming rank 1 and both fingerprints once, with no
-#      run directory made.
+# data.train, data.val and `loom eval --data` must hold the same tokens on every rank. Two ranks
+# started by one mpirun in different working directories (MPMD, `-wdir`), each reading its own
+# relative train.bin and val.bin, stand for node-local copies of the data:
+#   1. identical copies: the job trains (and saves a checkpoint for 4-5);
+#   2. rank 1's copy of train.bin has two neighbouring tokens swapped (same size, same samples per
+#      epoch): the job is refused before training (exit 2), naming rank 1 and both fingerprints
+#      once, with no run directory made;
+#   3. the same for rank 1's copy of data.val (val_loss would mix different tokens);
+#   4. loom eval over identical copies of --data runs; 5. over differing copies, it is refused
+#      (exit 2) naming rank 1.
 source "$(dirname "$0")/../cli/common.sh"
 WORK=$(cd "$WORK" && pwd -P)
 corpus
 export OMP_NUM_THREADS=1
-for node in a b; do mkdir -p "$WORK/$node" && cp "$SRC/data/fortunes/train_000000.bin" "$WORK/$node/train.bin"; done
+for node in a b; do
+  mkdir -p "$WORK/$node"
+  cp "$SRC/data/fortunes/train_000000.bin" "$WORK/$node/train.bin"
+  cp "$SRC/data/fortunes/train_000000.bin" "$WORK/$node/good.bin"
+  cp "$SRC/data/fortunes/val_000000.bin" "$WORK/$node/val.bin"
+done
 two_nodes() {  # OUT ARGS...: rank 0 in $WORK/a, rank 1 in $WORK/b, the same arguments
   local out=$1; shift
   set +e
@@ -22,7 +30,7 @@ two_nodes() {  # OUT ARGS...: rank 0 in $WORK/a, rank 1 in $WORK/b, the same arg
 train=(train "$SRC/configs/tiny.yaml" --set train.steps=2 --set log.every=1 --set log.eval_every=0
        --set data.train=train.bin --set data.val="$SRC/data/fortunes")
 
-two_nodes same.out "${train[@]}" --set log.dir="$WORK/same.run"
+two_nodes same.out "${train[@]}" --set log.dir="$WORK/same.run" --set data.val=val.bin --set checkpoint.dir="$WORK/ck"
 [ "$rc" = 0 ] || { cat "$WORK/same.out"; fail "identical copies: exit $rc, expected 0"; }
 
 swap_two_tokens "$WORK/b/train.bin"
@@ -33,3 +41,24 @@ n=$(grep -c -- "$pattern" "$WORK/differ.out" || true)
 [ "$n" = 1 ] || { cat "$WORK/differ.out"; fail "expected the error once, found $n times"; }
 [ ! -e "$WORK/differ.run" ] || fail "a run directory was made"
 echo "$(grep -- "$pattern" "$WORK/differ.out" | cut -c1-200)"
+
+# 3. data.val differs on rank 1; data.train is the same everywhere.
+swap_two_tokens "$WORK/b/val.bin"
+two_nodes val.out "${train[@]}" --set data.train=good.bin --set data.val=val.bin --set log.dir="$WORK/val.run"
+[ "$rc" = 2 ] || { cat "$WORK/val.out"; fail "rank 1's copy of data.val differs: exit $rc, expected 2"; }
+pattern="rank 1: data.val=val.bin: this rank reads [0-9]* tokens of CRC-32C [0-9a-f]*, rank 0 reads [0-9]* tokens of CRC-32C [0-9a-f]*: every rank must see the same validation data"
+n=$(grep -c -- "$pattern" "$WORK/val.out" || true)
+[ "$n" = 1 ] || { cat "$WORK/val.out"; fail "data.val: expected the error once, found $n times"; }
+[ ! -e "$WORK/val.run" ] || fail "data.val: a run directory was made"
+echo "$(grep -- "$pattern" "$WORK/val.out" | cut -c1-200)"
+
+# 4-5. loom eval: the same --data everywhere runs; rank 1's differing copy is refused.
+ck=$(ls -d "$WORK/ck"/step_* | tail -1)
+two_nodes eval_same.out eval "$ck" --data good.bin --batches 2 --seq-len 64
+[ "$rc" = 0 ] || { cat "$WORK/eval_same.out"; fail "loom eval over identical copies: exit $rc, expected 0"; }
+two_nodes eval_differ.out eval "$ck" --data train.bin --batches 2 --seq-len 64
+[ "$rc" = 2 ] || { cat "$WORK/eval_differ.out"; fail "loom eval, rank 1's copy differs: exit $rc, expected 2"; }
+pattern="loom eval: error: rank 1: --data=train.bin: this rank reads [0-9]* tokens of CRC-32C [0-9a-f]*, rank 0 reads [0-9]* tokens of CRC-32C [0-9a-f]*: every rank must see the same evaluation data"
+n=$(grep -c -- "$pattern" "$WORK/eval_differ.out" || true)
+[ "$n" = 1 ] || { cat "$WORK/eval_differ.out"; fail "loom eval: expected the error once, found $n times"; }
+echo "$(grep -- "$pattern" "$WORK/eval_differ.out" | cut -c1-200)"
