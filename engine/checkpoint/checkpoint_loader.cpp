@@ -188,6 +188,11 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
     at.data.data_tokens = loader["data_tokens"].get<int64_t>();
     at.data.data_crc32c = loader["data_crc32c"].get<uint32_t>();
   }
+  if (loader.contains("val_tokens") && loader["val_tokens"].is_number_integer() && loader.contains("val_crc32c") &&
+      loader["val_crc32c"].is_number_unsigned()) {
+    at.data.val_tokens = loader["val_tokens"].get<int64_t>();
+    at.data.val_crc32c = loader["val_crc32c"].get<uint32_t>();
+  }
   const ManifestHealth h = manifest_health(man);
   at.clean = h.clean;
   at.health.loss = h.loss;

@@ -51,6 +51,8 @@ struct SavedDataPosition {
   int64_t samples_per_epoch = -1;
   int64_t data_tokens = -1;         // the training data's DataFingerprint; -1: an older checkpoint
   uint32_t data_crc32c = 0;
+  int64_t val_tokens = -1;          // data.val's DataFingerprint; -1: no data.val, or an older checkpoint
+  uint32_t val_crc32c = 0;
 };
 
 struct ResumePoint {

@@ -61,6 +61,14 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
                                         : "the sample order from sample " + std::to_string(at.next_sample) +
                                               " on follows the new stream"));
   }
+  // Validation only measures: a new data.val needs no consent, but its val_loss is not comparable
+  // with the saved run's, which a curve that jumps at the resume would not say by itself.
+  if (saved.val_tokens >= 0 && now.val.tokens > 0 &&
+      (uint64_t(saved.val_tokens) != now.val.tokens || saved.val_crc32c != now.val.crc32c) && notes)
+    notes->push_back("data.val's tokens changed (" + std::to_string(saved.val_tokens) + " tokens of CRC-32C " +
+                     hex32(saved.val_crc32c) + " at the checkpoint, now " + std::to_string(now.val.tokens) + " of " +
+                     hex32(now.val.crc32c) + "): val_loss from here on is over other tokens than before the "
+                     "resume, not comparable with it");
   if (saved.global_batch > 0 && saved.global_batch != now.global_batch && notes)
     notes->push_back("the global batch changed from " + std::to_string(saved.global_batch) + " to " +
                      std::to_string(now.global_batch) + " samples: continuing at sample " +

@@ -23,9 +23,12 @@ struct DataNow {
   int64_t global_batch = 0, samples_per_epoch = 0;
   bool schedule_in_samples = false;  // train.batch_policy goodput: the schedule follows sequences trained
   DataFingerprint data;              // of data.train (validate_dataset)
+  DataFingerprint val;               // of data.val (tokens 0: no data.val)
 };
 
-// The loader state to start from. `notes` gets one line per change (for rank 0 to print).
+// The loader state to start from. `notes` gets one line per change (for rank 0 to print): a
+// data.val whose tokens changed too, though it needs no consent (val_loss before and after are
+// then over different tokens).
 // Throws std::runtime_error naming the keys when a change needs consent that was not given.
 LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& now, bool allow_changes,
                                  std::vector<std::string>* notes);

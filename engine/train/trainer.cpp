@@ -59,8 +59,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   const auto& m = r_.model;
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
                          r_.train.seed};
-  DataFingerprint train_print;
-  TokenDataset train = open_data(&train_print);
+  DataFingerprint train_print, val_print;
+  TokenDataset train = open_data(&train_print, &val_print);
   compute_ = r_.train.precision == "bf16" ? DType::bf16 : r_.train.precision == "fp16" ? DType::f16 : DType::f32;
   LossScaleConfig scaling;
   scaling.enabled = compute_ == DType::f16;
@@ -112,7 +112,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   if (rank_ == 0 && !batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
   step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
   data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size()),
-                      batch_.adaptive(), train_print};
+                      batch_.adaptive(), train_print, val_print};
   const LoaderState start = resume_position();
   LoaderLayout train_layout = layout_;  // layout_ keeps the recipe's accumulation (validation batches)
   train_layout.micro_steps = int(batch_.batch() / batch_.unit());
@@ -329,8 +329,12 @@ TrainSummary Trainer::run() {
 
 double Trainer::save_checkpoint(int64_t done, const TrainSummary& summary, int64_t first_bad_step) {
   TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
-  const SavedDataPosition data{train_data_->state(),      data_now_.seed, true, data_now_.global_batch,
-                               data_now_.samples_per_epoch, int64_t(data_now_.data.tokens), data_now_.data.crc32c};
+  SavedDataPosition data{train_data_->state(),      data_now_.seed, true, data_now_.global_batch,
+                         data_now_.samples_per_epoch, int64_t(data_now_.data.tokens), data_now_.data.crc32c};
+  if (data_now_.val.tokens > 0) {
+    data.val_tokens = int64_t(data_now_.val.tokens);
+    data.val_crc32c = data_now_.val.crc32c;
+  }
   return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step}, scaler_->state(),
                              noise_.state());
 }

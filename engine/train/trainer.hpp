@@ -73,9 +73,9 @@ class Trainer {
 
  private:
   std::vector<float> build_model(const std::vector<std::string>& hosts);  // returns the initial parameters
-  // trainer_data.cpp: data.train opened and checked (its fingerprint to `train_print`), data.val's
-  // validation batches made; then, once resumed_ and data_now_ are set, where the stream starts.
-  TokenDataset open_data(DataFingerprint* train_print);
+  // trainer_data.cpp: data.train and data.val opened and checked, the same on every rank (their
+  // fingerprints to `train_print`, `val_print`: tokens 0 without data.val), the validation batches made; then, once resumed_ and data_now_ are set, where the stream starts.
+  TokenDataset open_data(DataFingerprint* train_print, DataFingerprint* val_print);
   LoaderState resume_position() const;
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
   void note_resize();  // rank 0: says and records an elastic resume (another process grid)

@@ -12,18 +12,17 @@
 
 namespace loom {
 
-TokenDataset Trainer::open_data(DataFingerprint* train_print) {
+TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* val_print) {
   // Every rank opens the data, and one that fails alone (a node without the file system) must
   // not leave the others waiting in the next collective: they agree on the error first.
   const auto& m = r_.model;
   TokenDataset train;
-  DataFingerprint val_print;
   parallel::agreed(groups_.world(), [&] {
     train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
     *train_print = validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
     if (!r_.data.val.empty()) {
       TokenDataset val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
-      val_print = validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
+      *val_print = validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
       if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
     }
   });
@@ -32,7 +31,7 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print) {
   std::string differs = data_differs_from_rank0(groups_.world(), "data.train=" + r_.data.train, *train_print,
                                                 "training data");
   if (!r_.data.val.empty()) {  // a collective: every rank calls it, whatever data.train gave
-    const std::string val = data_differs_from_rank0(groups_.world(), "data.val=" + r_.data.val, val_print,
+    const std::string val = data_differs_from_rank0(groups_.world(), "data.val=" + r_.data.val, *val_print,
                                                     "validation data");
     if (differs.empty()) differs = val;
   }

@@ -226,6 +226,14 @@ r fp2 --set train.steps=4 --set data.train="$WORK/train.bin" --set checkpoint.al
   --set checkpoint.dir="$ckfp" --set log.dir="$WORK/l32"
 expect_rc fp2 0
 has fp2 "resuming: the training data's tokens changed .*goes on at sample 64 of the same order, in the new data"
+# data.val is recorded too; a changed one needs no consent, and the resume says val_loss changes ground.
+grep -q '"val_crc32c": [0-9]' "$ckfp/step_00000004/manifest.json" || fail "[11] the manifest records no data.val fingerprint"
+cp data/fortunes/val_000000.bin "$WORK/val.bin"
+swap_two_tokens "$WORK/val.bin"
+r fp3 --set train.steps=6 --set data.train="$WORK/train.bin" --set data.val="$WORK/val.bin" --set checkpoint.dir="$ckfp" \
+  --set log.dir="$WORK/l33"
+expect_rc fp3 0
+has fp3 "resuming: data.val's tokens changed ([0-9]* tokens of CRC-32C [0-9a-f]* at the checkpoint, now [0-9]* of [0-9a-f]*): val_loss from here on is over other tokens"
 
 # [15] Stopped early: 75 with a checkpoint, 4 with nothing saved. train.max_minutes of 0.001
 # (60 ms) leaves no room for a second step.

@@ -199,8 +199,8 @@ TEST_CASE("a resumed run continues at the next unseen sample whatever the global
   const DataFingerprint print{1219803, 0x1234abcd};
   const SavedDataPosition saved{LoaderState{20, 640}, 1337, true, 32, 38118, 1219803, 0x1234abcd};
   // The data now: seed, global batch, samples per epoch, with the saved fingerprint or another.
-  auto now = [&](uint64_t seed, int64_t gb, int64_t spe) { return DataNow{seed, gb, spe, false, print}; };
-  auto now_data = [&](int64_t spe, DataFingerprint p) { return DataNow{1337, 32, spe, false, p}; };
+  auto now = [&](uint64_t seed, int64_t gb, int64_t spe) { return DataNow{seed, gb, spe, false, print, {}}; };
+  auto now_data = [&](int64_t spe, DataFingerprint p) { return DataNow{1337, 32, spe, false, p, {}}; };
   std::vector<std::string> notes;
   SECTION("same recipe: no notes") {
     const LoaderState at = resume_data_position(saved, now(1337, 32, 38118), false, &notes);
@@ -247,6 +247,29 @@ TEST_CASE("a resumed run continues at the next unseen sample whatever the global
     SavedDataPosition older = saved;
     older.data_tokens = -1;
     resume_data_position(older, now_data(38118, {5, 5}), false, &notes);
+    CHECK(notes.empty());
+  }
+  SECTION("data.val's tokens changed: no consent needed, but said (val_loss is not comparable)") {
+    SavedDataPosition with_val = saved;
+    with_val.val_tokens = 121880;
+    with_val.val_crc32c = 0x123ab597;
+    DataNow same = now(1337, 32, 38118);
+    same.val = {121880, 0x123ab597};
+    resume_data_position(with_val, same, false, &notes);
+    CHECK(notes.empty());
+    DataNow edited = same;
+    edited.val = {121880, 0x3a57587e};
+    resume_data_position(with_val, edited, false, &notes);
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0] == "data.val's tokens changed (121880 tokens of CRC-32C 123ab597 at the checkpoint, now 121880 of "
+                      "3a57587e): val_loss from here on is over other tokens than before the resume, not comparable "
+                      "with it");
+    notes.clear();
+    DataNow no_val = same;  // data.val dropped: no val_loss, nothing to compare
+    no_val.val = {};
+    resume_data_position(with_val, no_val, false, &notes);
+    CHECK(notes.empty());
+    resume_data_position(saved, edited, false, &notes);  // the checkpoint recorded no data.val
     CHECK(notes.empty());
   }
   SECTION("an older checkpoint without the position: step x the recipe's global batch") {
