@@ -33,32 +33,32 @@ train=(train "$SRC/configs/tiny.yaml" --set train.steps=2 --set log.every=1 --se
 two_nodes same.out "${train[@]}" --set log.dir="$WORK/same.run" --set data.val=val.bin --set checkpoint.dir="$WORK/ck"
 [ "$rc" = 0 ] || { cat "$WORK/same.out"; fail "identical copies: exit $rc, expected 0"; }
 
+# The job in OUT was refused (exit 2) with rank 1's error about WHAT (`data.train=train.bin`, ...)
+# and KIND of data, printed once, and made no run directory RUN (if given): refused OUT WHAT KIND [RUN]
+refused() {
+  local out=$1 what=$2 kind=$3 run=${4:-} pattern n
+  [ "$rc" = 2 ] || { cat "$WORK/$out"; fail "$out: rank 1's copy of $what differs: exit $rc, expected 2"; }
+  pattern="rank 1: $what: this rank reads [0-9]* tokens of CRC-32C [0-9a-f]*, rank 0 reads [0-9]* tokens of CRC-32C [0-9a-f]*: every rank must see the same $kind"
+  n=$(grep -c -- "$pattern" "$WORK/$out" || true)
+  [ "$n" = 1 ] || { cat "$WORK/$out"; fail "$out: expected the error once, found $n times"; }
+  [ -z "$run" ] || [ ! -e "$run" ] || fail "$out: a run directory was made"
+  grep -- "$pattern" "$WORK/$out" | cut -c1-200
+}
+
+# 2. data.train differs on rank 1.
 swap_two_tokens "$WORK/b/train.bin"
 two_nodes differ.out "${train[@]}" --set log.dir="$WORK/differ.run"
-[ "$rc" = 2 ] || { cat "$WORK/differ.out"; fail "rank 1's copy differs: exit $rc, expected 2"; }
-pattern="rank 1: data.train=train.bin: this rank reads [0-9]* tokens of CRC-32C [0-9a-f]*, rank 0 reads [0-9]* tokens of CRC-32C [0-9a-f]*: every rank must see the same training data"
-n=$(grep -c -- "$pattern" "$WORK/differ.out" || true)
-[ "$n" = 1 ] || { cat "$WORK/differ.out"; fail "expected the error once, found $n times"; }
-[ ! -e "$WORK/differ.run" ] || fail "a run directory was made"
-echo "$(grep -- "$pattern" "$WORK/differ.out" | cut -c1-200)"
+refused differ.out data.train=train.bin "training data" "$WORK/differ.run"
 
 # 3. data.val differs on rank 1; data.train is the same everywhere.
 swap_two_tokens "$WORK/b/val.bin"
 two_nodes val.out "${train[@]}" --set data.train=good.bin --set data.val=val.bin --set log.dir="$WORK/val.run"
-[ "$rc" = 2 ] || { cat "$WORK/val.out"; fail "rank 1's copy of data.val differs: exit $rc, expected 2"; }
-pattern="rank 1: data.val=val.bin: this rank reads [0-9]* tokens of CRC-32C [0-9a-f]*, rank 0 reads [0-9]* tokens of CRC-32C [0-9a-f]*: every rank must see the same validation data"
-n=$(grep -c -- "$pattern" "$WORK/val.out" || true)
-[ "$n" = 1 ] || { cat "$WORK/val.out"; fail "data.val: expected the error once, found $n times"; }
-[ ! -e "$WORK/val.run" ] || fail "data.val: a run directory was made"
-echo "$(grep -- "$pattern" "$WORK/val.out" | cut -c1-200)"
+refused val.out data.val=val.bin "validation data" "$WORK/val.run"
 
 # 4-5. loom eval: the same --data everywhere runs; rank 1's differing copy is refused.
 ck=$(ls -d "$WORK/ck"/step_* | tail -1)
 two_nodes eval_same.out eval "$ck" --data good.bin --batches 2 --seq-len 64
 [ "$rc" = 0 ] || { cat "$WORK/eval_same.out"; fail "loom eval over identical copies: exit $rc, expected 0"; }
 two_nodes eval_differ.out eval "$ck" --data train.bin --batches 2 --seq-len 64
-[ "$rc" = 2 ] || { cat "$WORK/eval_differ.out"; fail "loom eval, rank 1's copy differs: exit $rc, expected 2"; }
-pattern="loom eval: error: rank 1: --data=train.bin: this rank reads [0-9]* tokens of CRC-32C [0-9a-f]*, rank 0 reads [0-9]* tokens of CRC-32C [0-9a-f]*: every rank must see the same evaluation data"
-n=$(grep -c -- "$pattern" "$WORK/eval_differ.out" || true)
-[ "$n" = 1 ] || { cat "$WORK/eval_differ.out"; fail "loom eval: expected the error once, found $n times"; }
-echo "$(grep -- "$pattern" "$WORK/eval_differ.out" | cut -c1-200)"
+refused eval_differ.out --data=train.bin "evaluation data"
+grep -q "^loom eval: error: rank 1: --data=train.bin" "$WORK/eval_differ.out" || fail "loom eval: the error is not loom eval's"
