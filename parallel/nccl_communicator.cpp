@@ -130,13 +130,13 @@ class NcclCommunicator final : public Communicator {
       std::memcpy(&id, bytes.data(), sizeof id);
       cuda_check(cudaSetDevice(device), "cudaSetDevice");  // the thread's current device, as nccl_prepare left it
       nccl_check(ncclCommInitRank(&st_->comm, size_, id, rank_), "ncclCommInitRank", rank_);
+      comm_ = st_->comm;
+      cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      cuda_check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreate");
     } catch (...) {
-      Watchdog::release_channel(st_->channel);
+      Watchdog::release_channel(st_->channel);  // (the job ends: ProcessGroups::use_nccl aborts it)
       throw;
     }
-    comm_ = st_->comm;
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    cuda_check(cudaEventCreateWithFlags(&computed_, cudaEventDisableTiming), "cudaEventCreate");
     // The abort path's ncclCommAbort makes the communicator's kernels return, so the device is
     // released and the process can end. It waits for an operation being issued (the lock); the
     // abort's deadline bounds that wait if the issue itself hangs (connecting to a dead peer).

@@ -360,6 +360,11 @@ void Gpt2Bpe::bpe(std::string_view piece, std::vector<uint32_t>& out) const {
     }
   }
   for (uint32_t i = 0; i != kNone; i = next_[i]) out.push_back(word_[i]);  // the first symbol is never merged away
+  if (n > kScratchKeepBytes) {  // a long run's ~40 bytes per byte of scratch are not kept for the rest
+    for (auto* v : {&word_, &next_, &prev_}) std::vector<uint32_t>().swap(*v);
+    std::vector<PairAt>().swap(heap_);
+    std::vector<PairAt>().swap(created_);
+  }
 }
 
 }  // namespace loom

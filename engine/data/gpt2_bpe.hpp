@@ -81,6 +81,7 @@ class Gpt2Bpe {
   // list of the symbols still standing, the candidate heap and the pairs one round creates.
   mutable std::vector<uint32_t> word_, next_, prev_;
   mutable std::vector<PairAt> heap_, created_;
+  static constexpr size_t kScratchKeepBytes = 1 << 16;  // scratch of longer pieces is freed after them
   mutable std::string subject_, piece_;  // scratch for invalid-UTF-8 input
 };
 

@@ -96,13 +96,14 @@ class Trainer {
   // log.trace records steps [resumed + 1, trace_end()) of the session (the first warms up).
   int64_t trace_end() const { return resumed_.steps_done + 1 + r_.log.trace_steps; }
 
-  // The communication watchdog for the Trainer's life: started first thing in the constructor,
-  // stopped when it ends, on every path (a constructor that throws included).
+  // The communication watchdog: started first thing in the constructor; run() stops it when
+  // training ends, and this member's destructor on every other path (a constructor or a run()
+  // that throws: then the Trainer's tear-down is watched too, being destroyed last).
   struct WatchdogRun {
     void start(double timeout_s, int rank) { parallel::Watchdog::start(timeout_s, rank); }
     ~WatchdogRun() { parallel::Watchdog::stop(); }
   };
-  WatchdogRun watchdog_;  // first: destroyed last, so set-up and tear-down are watched alike
+  WatchdogRun watchdog_;  // first: destroyed last
   Recipe r_;
   parallel::ProcessGroups& groups_;
   int rank_;
