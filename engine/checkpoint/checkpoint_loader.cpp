@@ -183,16 +183,16 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   if (at.data.seed_recorded) at.data.seed = loader["seed"].get<uint64_t>();
   at.data.global_batch = loader.value("global_batch", int64_t(-1));
   at.data.samples_per_epoch = loader.value("samples_per_epoch", int64_t(-1));
-  if (loader.contains("data_tokens") && loader["data_tokens"].is_number_integer() && loader.contains("data_crc32c") &&
-      loader["data_crc32c"].is_number_unsigned()) {
-    at.data.data_tokens = loader["data_tokens"].get<int64_t>();
-    at.data.data_crc32c = loader["data_crc32c"].get<uint32_t>();
-  }
-  if (loader.contains("val_tokens") && loader["val_tokens"].is_number_integer() && loader.contains("val_crc32c") &&
-      loader["val_crc32c"].is_number_unsigned()) {
-    at.data.val_tokens = loader["val_tokens"].get<int64_t>();
-    at.data.val_crc32c = loader["val_crc32c"].get<uint32_t>();
-  }
+  // A dataset's fingerprint, PREFIX_tokens and PREFIX_crc32c; left at -1 where not recorded.
+  auto fingerprint = [&](const std::string& prefix, int64_t* tokens, uint32_t* crc) {
+    const std::string t = prefix + "_tokens", c = prefix + "_crc32c";
+    if (loader.contains(t) && loader[t].is_number_integer() && loader.contains(c) && loader[c].is_number_unsigned()) {
+      *tokens = loader[t].get<int64_t>();
+      *crc = loader[c].get<uint32_t>();
+    }
+  };
+  fingerprint("data", &at.data.data_tokens, &at.data.data_crc32c);
+  fingerprint("val", &at.data.val_tokens, &at.data.val_crc32c);
   const ManifestHealth h = manifest_health(man);
   at.clean = h.clean;
   at.health.loss = h.loss;

@@ -333,7 +333,7 @@ void Gpt2Bpe::bpe(std::string_view piece, std::vector<uint32_t>& out) const {
     const uint32_t q = next_[pos];
     if (q == kNone) return;
     auto it = merges_.find((uint64_t(word_[pos]) << 32) | word_[q]);
-    if (it != merges_.end()) into.push_back({it->second.rank, pos, word_[pos], word_[q]});
+    if (it != merges_.end()) into.push_back({it->second.rank, pos, word_[pos], word_[q], it->second.merged});
   };
   heap_.clear();
   for (size_t i = 0; i + 1 < n; ++i) candidate(uint32_t(i), heap_);
@@ -347,7 +347,7 @@ void Gpt2Bpe::bpe(std::string_view piece, std::vector<uint32_t>& out) const {
       heap_.pop_back();
       const uint32_t p = e.pos, q = next_[p];
       if (word_[p] != e.left || q == kNone || word_[q] != e.right) continue;  // stale: merged since
-      word_[p] = merges_.find((uint64_t(e.left) << 32) | e.right)->second.merged;
+      word_[p] = e.merged;
       word_[q] = kNone;  // symbol q is now part of p
       next_[p] = next_[q];
       if (next_[q] != kNone) prev_[next_[q]] = p;
@@ -360,7 +360,7 @@ void Gpt2Bpe::bpe(std::string_view piece, std::vector<uint32_t>& out) const {
     }
   }
   for (uint32_t i = 0; i != kNone; i = next_[i]) out.push_back(word_[i]);  // the first symbol is never merged away
-  if (n > kScratchKeepBytes) {  // a long run's ~40 bytes per byte of scratch are not kept for the rest
+  if (n > kScratchKeepBytes) {  // a long run's ~45 bytes per byte of scratch are not kept for the rest
     for (auto* v : {&word_, &next_, &prev_}) std::vector<uint32_t>().swap(*v);
     std::vector<PairAt>().swap(heap_);
     std::vector<PairAt>().swap(created_);

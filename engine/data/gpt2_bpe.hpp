@@ -74,8 +74,8 @@ class Gpt2Bpe {
   static constexpr size_t kCacheEntries = 1 << 17;
   static constexpr size_t kCacheMaxBytes = 256;
   mutable std::unordered_map<std::string, std::vector<uint32_t>, StringHash, std::equal_to<>> cache_;
-  struct PairAt {  // a candidate merge in bpe(): the pair (left, right) at symbol `pos`
-    uint32_t rank, pos, left, right;
+  struct PairAt {  // a candidate merge in bpe(): the pair (left, right) at symbol `pos`, and its result
+    uint32_t rank, pos, left, right, merged;
   };
   // Scratch for bpe(): each byte's symbol (merged into the leftmost byte of its span), the linked
   // list of the symbols still standing, the candidate heap and the pairs one round creates.

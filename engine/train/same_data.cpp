@@ -5,12 +5,16 @@
 #include "parallel/host_collectives.hpp"
 
 namespace loom {
+namespace {
 
+// "N tokens of CRC-32C xxxxxxxx".
 std::string describe_data(const DataFingerprint& d) {
   char crc[16];
   std::snprintf(crc, sizeof crc, "%08x", d.crc32c);
   return std::to_string(d.tokens) + " tokens of CRC-32C " + crc;
 }
+
+}  // namespace
 
 std::string data_differs_from_rank0(parallel::MpiCommunicator& group, const std::string& what,
                                     const DataFingerprint& mine, const std::string& kind) {

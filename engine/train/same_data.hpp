@@ -10,9 +10,6 @@
 
 namespace loom {
 
-// "N tokens of CRC-32C xxxxxxxx".
-std::string describe_data(const DataFingerprint& d);
-
 // Collective over `group`: "" where this rank's fingerprint equals rank 0's; else this rank's
 // error, naming `what` ("data.train=PATH"), both fingerprints and `kind` ("training data"). The
 // caller makes the ranks agree on it (parallel::agreed) before its next collective call.

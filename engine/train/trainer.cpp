@@ -329,12 +329,9 @@ TrainSummary Trainer::run() {
 
 double Trainer::save_checkpoint(int64_t done, const TrainSummary& summary, int64_t first_bad_step) {
   TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
-  SavedDataPosition data{train_data_->state(),      data_now_.seed, true, data_now_.global_batch,
-                         data_now_.samples_per_epoch, int64_t(data_now_.data.tokens), data_now_.data.crc32c};
-  if (data_now_.val.tokens > 0) {
-    data.val_tokens = int64_t(data_now_.val.tokens);
-    data.val_crc32c = data_now_.val.crc32c;
-  }
+  const SavedDataPosition data{train_data_->state(),      data_now_.seed, true, data_now_.global_batch,
+                               data_now_.samples_per_epoch, int64_t(data_now_.data.tokens), data_now_.data.crc32c,
+                               data_now_.val.tokens > 0 ? int64_t(data_now_.val.tokens) : -1, data_now_.val.crc32c};
   return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step}, scaler_->state(),
                              noise_.state());
 }

@@ -74,7 +74,8 @@ class Trainer {
  private:
   std::vector<float> build_model(const std::vector<std::string>& hosts);  // returns the initial parameters
   // trainer_data.cpp: data.train and data.val opened and checked, the same on every rank (their
-  // fingerprints to `train_print`, `val_print`: tokens 0 without data.val), the validation batches made; then, once resumed_ and data_now_ are set, where the stream starts.
+  // fingerprints to `train_print`, `val_print`: tokens 0 without data.val), the validation
+  // batches made; then, once resumed_ and data_now_ are set, where the stream starts.
   TokenDataset open_data(DataFingerprint* train_print, DataFingerprint* val_print);
   LoaderState resume_position() const;
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0

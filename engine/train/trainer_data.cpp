@@ -1,6 +1,6 @@
 // The Trainer's data: the datasets opened and checked before anything else is allocated (the
-// same training and validation tokens on every rank), and where a resumed run's stream starts (resume_data.hpp
-// has the rules).
+// same training and validation tokens on every rank), and where a resumed run's stream starts
+// (resume_data.hpp has the rules).
 #include <cstdio>
 #include <stdexcept>
 #include <string>
