@@ -2,25 +2,13 @@
 
 #include <cstdio>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/plan/plan.hpp"
+#include "engine/util/memory_room.hpp"
 
 namespace loom {
 namespace {
-
-// MemAvailable in MB, 0 if unknown.
-double available_mb() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  double mb = 0;
-  while (std::fgets(line, sizeof line, f)) {
-    long kb = 0;
-    if (std::sscanf(line, "MemAvailable: %ld kB", &kb) == 1) mb = kb / 1024.0;
-  }
-  std::fclose(f);
-  return mb;
-}
 
 bool predict_cpu(const Recipe& r, MemoryBreakdown* m) {
   try {
@@ -35,11 +23,24 @@ bool predict_cpu(const Recipe& r, MemoryBreakdown* m) {
   }
 }
 
+// The prediction's parts, every one that is not zero, so that they add up to its total.
 std::string breakdown(const MemoryBreakdown& m) {
+  const std::pair<const char*, double> parts[] = {
+      {"parameters", m.params},
+      {"gradients", m.grads},
+      {"optimizer state", m.optimizer + (m.host_is_device ? m.optimizer_host : 0)},
+      {"activations", m.activations},
+      {"communication buffers", m.comm_buffers},
+      {"workspace", m.workspace},
+      {"host staging (initial parameters, checkpoint snapshot)", m.staging},
+      {"runtime", m.runtime}};
+  std::string out;
   char b[320];
-  std::snprintf(b, sizeof b, "parameters %.0f MB, gradients %.0f MB, optimizer state %.0f MB, activations %.0f MB",
-                m.params, m.grads, m.optimizer, m.activations);
-  std::string out = b;
+  for (const auto& [name, mb] : parts) {
+    if (mb < 0.5) continue;
+    std::snprintf(b, sizeof b, "%s%s %.0f MB", out.empty() ? "" : ", ", name, mb);
+    out += b;
+  }
   if (m.loading > m.step_total()) {
     // Then the peak is not the step's: say so, or the parts above do not add up to the total.
     std::snprintf(b, sizeof b, "; the peak is while the weights go in, %.0f MB (the step's is %.0f MB): one tensor's "
@@ -49,10 +50,17 @@ std::string breakdown(const MemoryBreakdown& m) {
   return out;
 }
 
-const char* kAdvice =
-    "lower train.micro_batch or model.seq_len, set train.recompute=selective or full, shard the optimizer state "
-    "(parallel.zero=1), or spread the model over more ranks (parallel.tp, parallel.pp); `loom plan RECIPE --search` "
-    "ranks the layouts that fit";
+// What to change, for this recipe: sharding is suggested only up to the ZeRO stage not yet used.
+std::string advice(const Recipe& r) {
+  const int zero = r.parallel.zero;
+  const std::string shard = zero == 0   ? "shard the optimizer state (parallel.zero=1), "
+                            : zero < 3 ? "shard more of the model state (parallel.zero=" +
+                                             std::string(zero == 1 ? "2 or 3" : "3") + "), "
+                                       : "";
+  return "lower train.micro_batch or model.seq_len, set train.recompute=selective or full, " + shard +
+         "or spread the model over more ranks (parallel.tp, parallel.pp" + (zero > 0 ? "; with ZeRO, more nodes" : "") +
+         "); `loom plan RECIPE --search` ranks the layouts that fit";
+}
 
 }  // namespace
 
@@ -63,15 +71,14 @@ double predicted_rank_mb(const Recipe& r) {
 
 void check_host_memory_fits(const Recipe& r, int ranks_on_node) {
   MemoryBreakdown m;
-  const double avail = available_mb();
-  if (avail <= 0 || !predict_cpu(r, &m)) return;
+  const MemoryRoom room = memory_room();
+  if (!room.known() || !predict_cpu(r, &m)) return;
   const double need = m.total() * ranks_on_node;
-  if (need <= avail) return;
+  if (need <= room.mb) return;
   char b[256];
   std::snprintf(b, sizeof b, "out of memory before training: %d rank(s) on this node need %.0f MB (loom plan: %.0f MB "
                 "per rank: ", ranks_on_node, need, m.total());
-  throw std::runtime_error(std::string(b) + breakdown(m) + "), the node has " + std::to_string(long(avail)) +
-                           " MB available; " + kAdvice);
+  throw std::runtime_error(std::string(b) + breakdown(m) + "); " + room.where + "; " + advice(r));
 }
 
 std::string allocation_failure_message(const Recipe& r, const std::string& what, int rank) {
@@ -82,7 +89,7 @@ std::string allocation_failure_message(const Recipe& r, const std::string& what,
     std::snprintf(b, sizeof b, " (loom plan predicts %.0f MB per rank: ", m.total());
     out += b + breakdown(m) + ")";
   }
-  return out + "; " + kAdvice;
+  return out + "; " + advice(r);
 }
 
 }  // namespace loom

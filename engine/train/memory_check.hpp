@@ -1,7 +1,7 @@
 #pragma once
 // Out of memory, said before training and in words: the per-rank memory `loom plan` predicts
 // (from the same sizing functions the model allocates with) against what this node has
-// available, and a message for an allocation that failed anyway.
+// available (memory_room.hpp), and a message for an allocation that failed anyway.
 #include <string>
 
 #include "engine/config/recipe.hpp"
@@ -11,9 +11,10 @@ namespace loom {
 // The plan's prediction for one rank of this recipe on the CPU, in MB (0 if it cannot predict).
 double predicted_rank_mb(const Recipe& r);
 
-// Throws std::runtime_error when `ranks_on_node` ranks of the prediction exceed the node's
-// MemAvailable (/proc/meminfo): the message gives both figures, the largest parts and what to
-// change. No-op where either figure is unknown.
+// Throws std::runtime_error when `ranks_on_node` ranks of the prediction exceed the memory this
+// process may still take (memory_room.hpp: the node's MemAvailable, or less where its memory
+// cgroup, a Slurm job's --mem, leaves less): the message gives both figures, the largest parts
+// and what to change. No-op where either figure is unknown.
 void check_host_memory_fits(const Recipe& r, int ranks_on_node);
 
 // For a std::bad_alloc caught while allocating `what` ("the model (parameters, ...)", "the
