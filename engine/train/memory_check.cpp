@@ -10,12 +10,14 @@
 namespace loom {
 namespace {
 
-bool predict_cpu(const Recipe& r, MemoryBreakdown* m) {
+// The plan's memory per rank on `device` ("cpu": this machine; any GPU spec for the CUDA backend:
+// their memory models differ only in capacity, which is not used here).
+bool predict_memory(const Recipe& r, const char* device, MemoryBreakdown* m) {
   try {
     Cluster c;
     c.nodes = 1;
     c.per_node = r.world;
-    c.device = device_spec("cpu");
+    c.device = device_spec(device);
     *m = predict(r, c).memory;
     return true;
   } catch (const std::exception&) {
@@ -66,13 +68,13 @@ std::string advice(const Recipe& r) {
 
 double predicted_rank_mb(const Recipe& r) {
   MemoryBreakdown m;
-  return predict_cpu(r, &m) ? m.total() : 0;
+  return predict_memory(r, "cpu", &m) ? m.total() : 0;
 }
 
 void check_host_memory_fits(const Recipe& r, int ranks_on_node) {
   MemoryBreakdown m;
   const MemoryRoom room = memory_room();
-  if (!room.known() || !predict_cpu(r, &m)) return;
+  if (!room.known() || !predict_memory(r, "cpu", &m)) return;
   const double need = m.total() * ranks_on_node;
   if (need <= room.mb) return;
   char b[256];
@@ -81,10 +83,12 @@ void check_host_memory_fits(const Recipe& r, int ranks_on_node) {
   throw std::runtime_error(std::string(b) + breakdown(m) + "); " + room.where + "; " + advice(r));
 }
 
-std::string allocation_failure_message(const Recipe& r, const std::string& what, int rank) {
+std::string allocation_failure_message(const Recipe& r, const std::string& what, int rank, const std::string& cause,
+                                       bool gpu) {
   MemoryBreakdown m;
   std::string out = "rank " + std::to_string(rank) + ": out of memory allocating " + what;
-  if (predict_cpu(r, &m)) {
+  if (!cause.empty()) out += ": " + cause;
+  if (predict_memory(r, gpu ? "h100-80g" : "cpu", &m)) {
     char b[128];
     std::snprintf(b, sizeof b, " (loom plan predicts %.0f MB per rank: ", m.total());
     out += b + breakdown(m) + ")";

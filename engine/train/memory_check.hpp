@@ -18,7 +18,11 @@ double predicted_rank_mb(const Recipe& r);
 void check_host_memory_fits(const Recipe& r, int ranks_on_node);
 
 // For a std::bad_alloc caught while allocating `what` ("the model (parameters, ...)", "the
-// optimizer (gradient reduction buffers and state)").
-std::string allocation_failure_message(const Recipe& r, const std::string& what, int rank);
+// optimizer (gradient reduction buffers and state)"): `cause` is the exception's own account
+// where it has one (the CUDA backend's: the size asked for, where, and the GPU's free memory;
+// empty for a host allocation's bare std::bad_alloc), `gpu` says whose memory ran out (the plan's
+// prediction is then the GPU's).
+std::string allocation_failure_message(const Recipe& r, const std::string& what, int rank, const std::string& cause,
+                                       bool gpu);
 
 }  // namespace loom

@@ -196,8 +196,11 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
         groups_, cfg);
     model_->set_storage(optim_->unit_storage());
     model_->set_params(init.data());
-  } catch (const std::bad_alloc&) {
-    error = allocation_failure_message(r_, allocating, rank_);
+  } catch (const std::bad_alloc& e) {
+    // A host allocation's what() is only "std::bad_alloc"; the CUDA backend's says how much was
+    // asked for, where, and what the GPU had (kernels/cuda/cuda_check.cuh: DeviceOutOfMemory).
+    const std::string cause = e.what() == std::string("std::bad_alloc") ? "" : e.what();
+    error = allocation_failure_message(r_, allocating, rank_, cause, backend_->name() == "cuda");
   } catch (const std::exception& e) {
     error = e.what();
   }

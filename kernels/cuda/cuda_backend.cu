@@ -24,9 +24,7 @@ void Context::grow_workspace(size_t bytes) {
     cudaFree(ws_.ptr);
     ws_ = {};  // not left pointing at freed memory if the allocation below fails
   }
-  void* p = nullptr;
-  LOOM_CUDA_CHECK(cudaMalloc(&p, bytes));
-  ws_ = {p, bytes};
+  ws_ = {LOOM_CUDA_MALLOC(bytes), bytes};
 }
 
 int32_t* Context::int_buffer(int which, size_t n) {
@@ -35,7 +33,7 @@ int32_t* Context::int_buffer(int which, size_t n) {
     if (int_buffers_[which]) cudaFree(int_buffers_[which]);
     int_buffers_[which] = nullptr;
     int_capacity_[which] = 0;
-    LOOM_CUDA_CHECK(cudaMalloc(&int_buffers_[which], n * sizeof(int32_t)));
+    int_buffers_[which] = LOOM_CUDA_MALLOC(n * sizeof(int32_t));
     int_capacity_[which] = n;
   }
   return static_cast<int32_t*>(int_buffers_[which]);
@@ -138,8 +136,7 @@ class CudaBackend final : public Backend {
   }
 
   void* alloc_bytes(size_t bytes) override {
-    void* p = nullptr;
-    LOOM_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 4)));
+    void* p = LOOM_CUDA_MALLOC(std::max<size_t>(bytes, 4));
     LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(bytes, 4), ctx_.stream));
     return p;
   }

@@ -18,6 +18,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -349,6 +350,24 @@ TEST_CASE("CUDA offload staging: pinned memory, async copies ordered against the
   CHECK(empty != nullptr);
   gpu.release_host_pinned(empty);
   gpu.release_host_pinned(nullptr);
+}
+
+TEST_CASE("CUDA backend out of memory is a std::bad_alloc naming the size and the free memory") {
+  // 1 PiB: more than any device has. The trainer reports such an exception with the plan's
+  // figures (engine/train/memory_check.hpp); the error is not sticky, so the backend goes on.
+  std::string what;
+  try {
+    g_gpu->alloc_bytes(size_t(1) << 50);
+  } catch (const std::bad_alloc& e) {
+    what = e.what();
+  }
+  INFO(what);
+  CHECK(what.rfind("GPU out of memory: cudaMalloc of 1073741824.0 MB failed at ", 0) == 0);
+  CHECK(what.find(" MB free of ") != std::string::npos);
+  Pair p(*g_cpu, *g_gpu, randn(1000, 80));
+  g_gpu->scale(p.g, 1000, 2.0f);
+  g_cpu->scale(p.c, 1000, 2.0f);
+  p.check("scale after a refused allocation");
 }
 
 TEST_CASE("CUDA backend device identity: the UUID as nvidia-smi writes it, the PCI bus id") {

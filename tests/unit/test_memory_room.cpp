@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/train/memory_check.hpp"
 #include "engine/util/memory_room.hpp"
 
 namespace fs = std::filesystem;
@@ -133,5 +134,29 @@ TEST_CASE("a container's cgroup mounted as the mount's root", "[memory_room]") {
   SECTION("a cgroup outside the mount's root cannot be read and is left out") {
     t.write("proc/self/cgroup", "4:memory:/other/xyz\n");
     CHECK(t.room().where == "the node has 100000 MB available");
+  }
+}
+
+TEST_CASE("an allocation that fails anyway is reported with the plan's figures for its device", "[memory_room]") {
+  loom::Recipe r;  // the defaults: one rank, ZeRO 0
+  r.model.n_layer = 2, r.model.n_head = 2, r.model.d_model = 64, r.model.vocab_size = 256, r.model.seq_len = 32;
+  r.train.micro_batch = 2, r.train.global_batch = 2;
+  SECTION("the host's bare std::bad_alloc") {
+    const std::string m = loom::allocation_failure_message(r, "the model", 3, "", false);
+    INFO(m);
+    CHECK(m.rfind("rank 3: out of memory allocating the model (loom plan predicts ", 0) == 0);
+    CHECK(m.find("runtime 37 MB") != std::string::npos);  // the CPU's process baseline
+    CHECK(m.find("shard the optimizer state (parallel.zero=1)") != std::string::npos);
+  }
+  SECTION("the CUDA backend's, with its own account and the GPU's prediction") {
+    r.parallel.zero = 1;
+    const std::string cause = "GPU out of memory: cudaMalloc of 1536.0 MB failed at x.cu:1 (CUDA device 0: 812 MB "
+                              "free of 81079 MB, every process's allocations counted)";
+    const std::string m = loom::allocation_failure_message(r, "the model", 0, cause, true);
+    INFO(m);
+    CHECK(m.rfind("rank 0: out of memory allocating the model: " + cause + " (loom plan predicts ", 0) == 0);
+    CHECK(m.find("runtime 1024 MB") != std::string::npos);  // the CUDA context, cuBLASLt and NCCL
+    CHECK(m.find("host staging") == std::string::npos);     // host memory, not the GPU's
+    CHECK(m.find("parallel.zero=2 or 3") != std::string::npos);
   }
 }
