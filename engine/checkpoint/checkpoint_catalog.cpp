@@ -64,8 +64,9 @@ CheckpointCatalog scan_checkpoints(const std::string& dir) {
       const size_t dot = name.find('.');
       const bool ours = dot != std::string::npos && parse_checkpoint_name(name.substr(0, dot), nullptr);
       if (ours && name.compare(dot, 10, ".replaced-") == 0)
-        c.ignored.push_back(path + ": an earlier history's checkpoint, set aside when its step was saved again: kept, "
-                                   "never resumed from automatically (checkpoint.resume=" + path + " to use it)");
+        c.ignored.push_back(path + ": another history's checkpoint, set aside when this run went back to an earlier "
+                                   "step: kept, never resumed from automatically (checkpoint.resume=" + path +
+                                   " to use it)");
       else if (!(ours && name.ends_with(".partial")))
         c.ignored.push_back(path + ": not a name Loom writes (step_NNNNNNNN): ignored, never resumed from or deleted");
       continue;

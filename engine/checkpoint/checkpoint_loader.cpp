@@ -55,6 +55,7 @@ ResumePoint Checkpointer::resume() {
     ResumePoint at;
     if (bad.empty()) bad = load(path, at);
     if (bad.empty()) {
+      set_aside_above_ = at.steps_done;
       if (rank0) {
         const int64_t bad = at.health.first_bad_step >= 0 ? at.health.first_bad_step : at.steps_done;
         at.last_clean = last_clean_checkpoint(bad);

@@ -227,26 +227,45 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
                       final_dir.string().c_str(), aside.string().c_str());
       }
       fs::rename(partial, final_dir);
+      // The first save after a resume: the checkpoints numbered above the one resumed from are
+      // another history's (the one this run went back from, or a damaged newer one fallen back
+      // past). Set aside like a replaced step, before `latest` moves to this history.
+      if (set_aside_above_ >= 0) {
+        for (const CheckpointEntry& e : scan_checkpoints(root.string()).complete) {
+          if (e.step <= set_aside_above_ || fs::path(e.path) == final_dir) continue;
+          const fs::path aside = fs::path(e.path).string() + ".replaced-" + utc_stamp();
+          fs::rename(e.path, aside);
+          std::printf("loom: %s is numbered above step %lld, where this run continues (a history it went back "
+                      "from, or a damaged checkpoint it fell back past): kept as %s, never counted by keep_last or "
+                      "resumed from automatically\n",
+                      e.path.c_str(), (long long)set_aside_above_, aside.string().c_str());
+        }
+      }
       fsync_path(root.string());
       write_file_atomically((root / "latest").string(), step_name(steps_done) + "\n");
       const double complete_s = seconds_since(t0);
       // Prune only now that a newer complete checkpoint exists, and only what retention allows.
       const CheckpointCatalog catalog = scan_checkpoints(root.string());
       const Retention keep = plan_retention(catalog, cfg_.keep_last);
+      std::string pruned;  // their names, for the log: what keep_last deleted is said
       for (const std::string& p : keep.prune) {
         std::error_code ec;  // the save is complete: a checkpoint that will not go is a warning
         fs::remove_all(p, ec);
         if (ec) std::fprintf(stderr, "loom: warning: could not prune %s: %s\n", p.c_str(), ec.message().c_str());
+        else pruned += (pruned.empty() ? "" : ", ") + fs::path(p).filename().string();
       }
       std::printf("loom: saved checkpoint %s (%.1f MB complete in %.2f s, %.2f GB/s: data written in %.2f s, fsync "
-                  "%.2f s, checksums, manifest and rename %.2f s; older ones pruned in %.2f s)%s%s\n",
+                  "%.2f s, checksums, manifest and rename %.2f s; %s in %.2f s)%s%s\n",
                   final_dir.string().c_str(), bytes / 1e6, complete_s, bytes / 1e9 / complete_s, data_s, fsync_s,
-                  complete_s - data_s - fsync_s, seconds_since(t0) - complete_s, cfg_.async ? " [async]" : "",
+                  complete_s - data_s - fsync_s, (pruned.empty() ? "none pruned" : "pruned " + pruned).c_str(),
+                  seconds_since(t0) - complete_s,
+                  cfg_.async ? " [async]" : "",
                   clean ? "" : " [not clean: saved after the run went non-finite or diverged]");
       for (const PinnedCheckpoint& pin : keep.pinned)
         std::printf("loom: keeping %s beyond checkpoint.keep_last = %d: it is the last clean checkpoint, saved before "
                     "the run went non-finite or diverged at step %lld\n",
                     pin.path.c_str(), cfg_.keep_last, (long long)pin.before_step);
+      set_aside_above_ = -1;
       std::fflush(stdout);
     } catch (const std::exception& e) {
       error = e.what();

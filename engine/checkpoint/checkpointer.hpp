@@ -139,6 +139,11 @@ class Checkpointer {
   std::shared_ptr<Snapshot> in_flight_;
   std::shared_ptr<Snapshot> snapshot_;  // host buffers kept between saves
   DirLock lock_;                         // rank 0: checkpoint.dir is this job's alone
+  // The step this session resumed from, until its first save completes (-1: none pending). That
+  // save sets aside every other checkpoint numbered above it: they belong to the history this
+  // run branched off, and must neither count in retention nor be resumed from automatically,
+  // even where the new history's steps pass theirs.
+  int64_t set_aside_above_ = -1;
 };
 
 }  // namespace loom

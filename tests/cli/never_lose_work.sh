@@ -50,22 +50,27 @@ import json,sys
 m = json.load(open('$ck/step_00000010/manifest.json'))['health']
 assert m['clean'] and m['first_bad_step'] is None and m['params_finite'], m
 " || fail "[1] step 10's manifest does not record a clean state"
-# Back to the clean one explicitly: it trains on, and its new checkpoints are clean again.
-r back --set train.steps=12 --set checkpoint.resume="$ck/step_00000010" --set checkpoint.dir="$ck" \
+# Back to the clean one explicitly, up to the first step the diverged history saved after it:
+# the new checkpoints are clean again; that step's old checkpoint is set aside (not deleted, and
+# said so), and so is every other one of the diverged history above step 10.
+redo=$(ls "$ck" | sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' | awk '$1 > 10' | sort -n | head -1)
+[ -n "$redo" ] || fail "[1] the diverged history saved nothing after step 10: $(ls "$ck")"
+above=$(ls "$ck" | sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' | awk '$1 > 10' | wc -l)
+r back --set train.steps="$redo" --set checkpoint.resume="$ck/step_00000010" --set checkpoint.dir="$ck" \
   --set log.dir="$WORK/l4"
 expect_rc back 0
 has back "resumed from .*step_00000010"
-grep -q '"clean": true' "$ck/step_00000012/manifest.json" || fail "[1] the new history is not clean"
-# And auto-resume now follows `latest` (step 12), not the abandoned history's higher steps.
-# It trains to the first step the diverged history saved; that checkpoint is set aside, not
-# deleted, and said so.
-redo=$(ls "$ck" | sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' | awk '$1 > 12' | sort -n | head -1)
-[ -n "$redo" ] || fail "[1] the diverged history saved nothing after step 12: $(ls "$ck")"
-r follow --set train.steps="$redo" --set checkpoint.dir="$ck" --set log.dir="$WORK/l5"
+redo_dir=$(printf 'step_%08d' "$redo")
+grep -q '"clean": true' "$ck/$redo_dir/manifest.json" || fail "[1] the new history is not clean"
+has back "step $redo was saved before by an earlier history of this run; that checkpoint is kept as .*\.replaced-"
+[ "$(ls "$ck" | grep -c '\.replaced-')" = "$above" ] || fail "[1] expected the $above diverged checkpoints set aside: $(ls "$ck")"
+[ -z "$(ls "$ck" | sed -n 's/^step_0*\([0-9][0-9]*\)$/\1/p' | awk -v r="$redo" '$1 > r')" ] ||
+  fail "[1] diverged checkpoints above step $redo were left in the history: $(ls "$ck")"
+# And auto-resume now follows `latest`, naming the set-aside ones, never resuming them.
+r follow --set train.steps=$((redo + 2)) --set checkpoint.dir="$ck" --set log.dir="$WORK/l5"
 expect_rc follow 0
-has follow "resumed from .*step_00000012"
-has follow "step $redo was saved before by an earlier history of this run; that checkpoint is kept as .*\.replaced-"
-ls "$ck" | grep -q "^$(printf 'step_%08d' "$redo").replaced-" || fail "[1] the earlier step $redo was not kept: $(ls "$ck")"
+has follow "resumed from .*$redo_dir"
+has follow "another history's checkpoint, set aside when this run went back to an earlier step"
 # Two ranks: the non-finite stop is raised on both at once; rank 0's message (with the last
 # clean checkpoint) and run.json's record both get out before the job ends. (One thread a rank:
 # 2 ranks of 2 spinning OpenMP threads on 2 cores took 17 s here, against 2.5 s.)

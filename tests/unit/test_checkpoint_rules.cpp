@@ -79,7 +79,7 @@ TEST_CASE("only names Loom writes are checkpoints, ordered by the step recorded 
   CHECK(all.find("step_00000030: no manifest.json") != std::string::npos);
   CHECK(all.find("step_00000099: its manifest records step 20") != std::string::npos);
   CHECK(all.find(".partial") == std::string::npos);
-  CHECK(all.find("step_00000015.replaced-20261123T150000Z: an earlier history's checkpoint") != std::string::npos);
+  CHECK(all.find("step_00000015.replaced-20261123T150000Z: another history's checkpoint") != std::string::npos);
 }
 
 TEST_CASE("a step number with more digits than eight sorts by value, not as a string") {
