@@ -71,9 +71,8 @@ double predicted_rank_mb(const Recipe& r) {
   return predict_memory(r, "cpu", &m) ? m.total() : 0;
 }
 
-void check_host_memory_fits(const Recipe& r, int ranks_on_node) {
+void check_host_memory_fits(const Recipe& r, int ranks_on_node, const MemoryRoom& room) {
   MemoryBreakdown m;
-  const MemoryRoom room = memory_room();
   if (!room.known() || !predict_memory(r, "cpu", &m)) return;
   const double need = m.total() * ranks_on_node;
   if (need <= room.mb) return;

@@ -18,6 +18,7 @@
 #include "engine/train/cpu_threads.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/memory_check.hpp"
+#include "engine/util/memory_room.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/util/job_error.hpp"
@@ -83,6 +84,10 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   peak_ = rank0_mfu_peak(groups.world(), *backend_, compute_);
   // Device buffers over NCCL (CUDA), host buffers over MPI; host scalars (losses, norms) always MPI.
   use_device_communicators(groups, *backend_, device);
+  // The memory this rank may take, read before the collective below: past it the ranks allocate,
+  // and a rank reading later would see its neighbours' models in its cgroup's usage as well as
+  // in the ranks-on-node multiple of the prediction (memory_check.hpp).
+  const MemoryRoom room = memory_room();
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
   if (r_.train.backend == "cpu") {  // every rank alike: a collective
@@ -91,7 +96,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   }
   // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
   // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
-  const std::vector<float> init = build_model(hosts);
+  const std::vector<float> init = build_model(hosts, room);
   step_ = std::make_unique<TrainStep>(
       *model_, *optim_, groups, trace_,
       StepShape{r_.train.micro_batch, m.seq_len, m.d_model, r_.grad_accum(), r_.global_batch_resolved(),
@@ -135,7 +140,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
 // The model and its optimizer, after saying out of memory before anything large is allocated
 // where the plan can tell. Either may fail on some ranks only (nodes differ): the ranks agree
 // before going on to the collective calls that follow.
-std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
+std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, const MemoryRoom& room) {
   const auto& m = r_.model;
   const int tp = r_.parallel.tp, pp = r_.parallel.pp, stage = groups_.coord().pp;
   // The vocabulary is padded to a multiple of 128 * tp: every rank gets an equal, aligned slice.
@@ -152,7 +157,7 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts) {
   std::vector<float> init;  // the initial parameters' host copy, returned
   try {
     if (backend_->name() == "cpu")
-      check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])));
+      check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])), room);
     // ZeRO-2 and 3: the optimizer's ShardedState holds the gradients (and at 3 the parameters).
     const int zero = r_.parallel.zero;
     const ModelHolds holds = zero >= 3 ? ModelHolds::Nothing : zero == 2 ? ModelHolds::Weights : ModelHolds::All;

@@ -42,6 +42,8 @@
 
 namespace loom {
 
+struct MemoryRoom;
+
 struct TrainSummary {
   int64_t start_step = 0;  // steps already done when this session started (resumed)
   int64_t steps = 0;       // steps done when it ended
@@ -72,7 +74,8 @@ class Trainer {
   Gpt& model() { return *model_; }
 
  private:
-  std::vector<float> build_model(const std::vector<std::string>& hosts);  // returns the initial parameters
+  // Returns the initial parameters; `room`: this rank's memory_room(), read before any rank allocated.
+  std::vector<float> build_model(const std::vector<std::string>& hosts, const MemoryRoom& room);
   // trainer_data.cpp: data.train and data.val opened and checked, the same on every rank (their
   // fingerprints to `train_print`, `val_print`: tokens 0 without data.val), the validation
   // batches made; then, once resumed_ and data_now_ are set, where the stream starts.

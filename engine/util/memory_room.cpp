@@ -47,6 +47,21 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// mountinfo writes a space, tab, newline or backslash in a path as \ooo (octal).
+std::string unescape_octal(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto octal = [&](size_t k) { return s[k] >= '0' && s[k] <= '7'; };
+    if (s[i] == '\\' && i + 3 < s.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out += char((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 // A mounted cgroup hierarchy that has the memory controller (/proc/self/mountinfo): the cgroup
 // its root shows (not "/" when the mount is a bind of a sub-tree, as in some containers) and
 // where it is mounted.
@@ -69,7 +84,8 @@ std::vector<Mount> memory_mounts(const std::string& prefix) {
     if (pre.size() < 5 || !(post >> fstype >> source >> options)) continue;
     const std::vector<std::string> opts = split(options, ',');
     const bool v1_memory = fstype == "cgroup" && std::find(opts.begin(), opts.end(), "memory") != opts.end();
-    if (fstype == "cgroup2" || v1_memory) out.push_back({pre[3], pre[4], fstype == "cgroup2"});
+    if (fstype == "cgroup2" || v1_memory)
+      out.push_back({unescape_octal(pre[3]), unescape_octal(pre[4]), fstype == "cgroup2"});
   }
   return out;
 }

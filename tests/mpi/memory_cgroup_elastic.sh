@@ -4,8 +4,10 @@
 # and run directory as they were. Before the check read cgroups it compared with the node's
 # MemAvailable, passed, and the kernel killed the rank (SIGKILL, exit 137, no message) once it
 # allocated past the limit. Under a cap the resumed run does fit, it trains on.
-# Real cgroups: needs root and a writable memory cgroup hierarchy (v1, or v2 with the memory
-# controller delegated to this process's cgroup); skipped (77) where there is none.
+# Real cgroups: needs root and a cgroup v1 memory hierarchy, as on CI's machines; skipped (77)
+# elsewhere. (Under cgroup v2 a child of a cgroup that holds processes gets no memory controller,
+# the "no internal process" rule, so the capped cgroups cannot be made this way there; the v2
+# files are read the same way and unit-tested in test_memory_room.)
 #   memory_cgroup_elastic.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
 
@@ -21,7 +23,7 @@ own_memory_cgroup() {
     if (type == "cgroup" && opts ~ /,memory,/ && v1 != "") path = v1
     else if (type == "cgroup2" && v2 != "") path = v2
     else next
-    if ($4 != "/" && index(path, $4) != 1) next
+    if ($4 != "/" && path != $4 && index(path, $4 "/") != 1) next
     rel = ($4 == "/") ? path : substr(path, length($4) + 1)
     if (rel == "/") rel = ""
     print (type == "cgroup" ? "v1 " : "v2 ") $5 rel
@@ -32,16 +34,27 @@ read -r kind parent <<< "$(own_memory_cgroup)"
 [ -n "${parent:-}" ] || { echo "SKIP: no memory cgroup hierarchy is mounted"; exit 77; }
 limit_file=memory.limit_in_bytes
 [ "$kind" = v2 ] && limit_file=memory.max
-cleanup() {
-  for cg in "$parent"/loom_test_$$_*; do
-    [ -d "$cg" ] || continue
-    # Whatever is left in it (nothing, normally) goes back to the parent before the rmdir.
-    while read -r pid; do echo "$pid" > "$parent/cgroup.procs" 2>/dev/null || true; done < "$cg/cgroup.procs"
-    rmdir "$cg" 2>/dev/null || true
+# remove_cgroup CG: ends whatever the test left running in it (nothing, normally), then removes it.
+remove_cgroup() {
+  local cg=$1 pid
+  for _ in 1 2 3 4 5; do
+    [ -s "$cg/cgroup.procs" ] || break
+    while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$cg/cgroup.procs"
+    sleep 0.2
   done
+  rmdir "$cg" || echo "warning: could not remove the test's cgroup $cg" >&2
+}
+cleanup() {
+  for cg in "$parent"/loom_test_$$_*; do [ -d "$cg" ] && remove_cgroup "$cg"; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+# Those of an earlier run killed before its own cleanup (CTest's timeout sends SIGKILL).
+for cg in "$parent"/loom_test_*_*; do
+  [ -d "$cg" ] || continue
+  owner=${cg##*/loom_test_}; owner=${owner%%_*}
+  kill -0 "$owner" 2>/dev/null || remove_cgroup "$cg"
+done
 # make_cgroup NAME MB: a child of this process's cgroup, capped at MB (cleanup removes it).
 make_cgroup() {
   local cg="$parent/loom_test_$$_$1"
@@ -58,7 +71,7 @@ corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
 # 19M parameters at ZeRO-1 (docs/parallelism.md): on 2 ranks each holds half the AdamW moments;
-# on 1 rank `loom plan` predicts ~500 MB. The cap of 300 MB is far above what a rank takes
+# on 1 rank, with checkpoint.dir set, the plan predicts 650 MB. The cap of 300 MB is far above what a rank takes
 # before it allocates the model (~50 MB) and far below its need.
 common=(--set model.d_model=512 --set model.n_layer=6 --set model.n_head=8 --set train.micro_batch=2
         --set train.global_batch=4 --set train.steps=4 --set log.every=1 --set log.eval_every=0

@@ -131,6 +131,13 @@ TEST_CASE("a container's cgroup mounted as the mount's root", "[memory_room]") {
   t.write("sys/fs/cgroup/memory/memory.limit_in_bytes", std::to_string(2048 * kMiB));
   t.write("sys/fs/cgroup/memory/memory.usage_in_bytes", std::to_string(48 * kMiB));
   CHECK(t.room().mb == Approx(2000));
+  SECTION("mountinfo's octal escapes are decoded (a space in the mount point)") {
+    t.write("proc/self/mountinfo",
+            "35 31 0:32 /docker/abc123 /sys/fs/cg\\040mem ro,nosuid - cgroup cgroup rw,memory\n");
+    t.write("sys/fs/cg mem/memory.limit_in_bytes", std::to_string(1024 * kMiB));
+    t.write("sys/fs/cg mem/memory.usage_in_bytes", std::to_string(24 * kMiB));
+    CHECK(t.room().mb == Approx(1000));
+  }
   SECTION("a cgroup outside the mount's root cannot be read and is left out") {
     t.write("proc/self/cgroup", "4:memory:/other/xyz\n");
     CHECK(t.room().where == "the node has 100000 MB available");
