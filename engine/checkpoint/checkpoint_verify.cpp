@@ -109,20 +109,25 @@ std::string inspect_checkpoint(const std::string& ckpt) {
      << ", health " << (man.contains("health") ? man["health"].dump() : std::string("(not recorded)"))
      << "\n  saved under " << man["layout"].dump() << "\n  model " << man["model"].dump() << "\n  loom "
      << man["loom_version"].get<std::string>() << " commit " << man["git_commit"].get<std::string>() << "\n";
-  const auto& mm = man["model"];
-  GptShape s = GptShape::make(mm["n_layer"], mm["n_head"], mm["d_model"], mm["vocab_size"], mm["seq_len"]);
+  // The tensors as the manifest lists them, whatever the model holds (a LoRA checkpoint: the
+  // adapters and what else trained, not the frozen base).
   H5TensorFile f = H5TensorFile::open_alone((fs::path(ckpt) / kCheckpointFile).string());
   os << "  tensors (global shape, CRC-32C of params / adam_m / adam_v data):\n";
-  for (const GlobalTensor& g : global_tensors(s)) {
+  const std::string params = kCheckpointGroups[0];
+  for (const auto& d : man.at("files").at(0).at("datasets")) {
+    const std::string ds = d.at("name").get<std::string>();
+    if (ds.rfind(params, 0) != 0) continue;
+    const std::string name = ds.substr(params.size());
+    const std::vector<int64_t> shape = f.shape_of(ds);
     size_t n = 1;
-    for (int64_t d : g.shape) n *= size_t(d);
-    TensorSlice all{{{0, g.shape[0]}}, 0, g.shape.size() > 1 ? g.shape[1] : 1};
+    for (int64_t x : shape) n *= size_t(x);
+    TensorSlice all{{{0, shape.empty() ? 1 : shape[0]}}, 0, shape.size() > 1 ? shape[1] : 1};
     std::vector<float> buf(n);
-    os << "    " << g.name << " [";
-    for (size_t i = 0; i < g.shape.size(); ++i) os << (i ? ", " : "") << g.shape[i];
+    os << "    " << name << " [";
+    for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
     os << "]";
     for (const char* group : kCheckpointGroups) {
-      f.read(group + g.name, &all, buf.data());
+      f.read(group + name, &all, buf.data());
       char crc[16];
       std::snprintf(crc, sizeof crc, " %08x", crc32c(buf.data(), n * sizeof(float)));
       os << crc;

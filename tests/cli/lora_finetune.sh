@@ -37,6 +37,11 @@ print(f"adapter checkpoint {ck / 1e6:.2f} MB (parameters + Adam moments) vs the 
 assert ck < base / 3
 PY
 
+# `loom ckpt inspect` lists the adapters a LoRA checkpoint holds (it looked for params/wte, which
+# only the base has, and refused every LoRA checkpoint).
+"$LOOM" ckpt inspect "$WORK/ck" > "$WORK/inspect.out" || { cat "$WORK/inspect.out"; fail "ckpt inspect of a LoRA checkpoint"; }
+grep -q "^    h.0.attn.qkv.lora_a \[" "$WORK/inspect.out" || { cat "$WORK/inspect.out"; fail "inspect lists no adapter"; }
+grep -q "^    wte " "$WORK/inspect.out" && fail "inspect lists the frozen base's wte, which the checkpoint does not hold"
 # Merged and PEFT exports; the numpy reader checks merged = base + scale * B A.
 "$LOOM" export "$WORK/ck" --out "$WORK/merged" > /dev/null
 "$LOOM" export "$WORK/ck" --out "$WORK/peft" --peft > /dev/null
