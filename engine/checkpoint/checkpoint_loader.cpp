@@ -177,6 +177,7 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   at.path = dir;
   at.steps_done = man["step"].get<int64_t>();
   if (man.contains("recipe") && man["recipe"].is_string()) at.recipe_yaml = man["recipe"].get<std::string>();
+  at.base_fingerprint = mm.value("base_fingerprint", "");
   const auto& loader = man["loader"];
   at.data.loader.next_step = loader["next_step"].get<int64_t>();
   at.data.loader.next_sample = loader.value("next_sample", int64_t(-1));

@@ -199,7 +199,8 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
       // LoRA: the adapters' spec and the frozen base they adapt (not in this checkpoint).
       if (model_.shape().lora.on()) {
         man["model"]["lora"] = lora_to_json(model_.shape().lora);
-        man["model"]["base"] = setup_.model.init_from;
+        man["model"]["base"] = setup_.base_path.empty() ? setup_.model.init_from : setup_.base_path;
+        if (!setup_.base_fingerprint.empty()) man["model"]["base_fingerprint"] = setup_.base_fingerprint;
       }
       // fp16's dynamic loss scale, so a resumed run goes on with it (absent without fp16).
       if (snap.loss_scale.scale > 0)

@@ -65,6 +65,7 @@ struct ResumePoint {
   LossScaleState loss_scale;  // fp16's loss scale when saved (scale 0: none recorded)
   NoiseScale::State noise;    // the gradient noise scale's moving averages (n 0: none recorded)
   std::string recipe_yaml;    // the recipe the checkpoint recorded ("" if none)
+  std::string base_fingerprint;  // LoRA: the frozen base's, as recorded ("" if none)
   struct Layout {
     int tp = 0, pp = 0, dp = 0, zero = 0;  // the process grid it was saved under (0: unknown)
   } layout;
@@ -76,6 +77,10 @@ struct CheckpointSetup {
   CheckpointConfig checkpoint;  // the checkpoint section
   ModelConfig model;            // the model section: a checkpoint loads only into the same model
   std::string recipe_yaml;      // the whole recipe (recipe_to_yaml), recorded in each manifest
+  // LoRA over model.init_from: the frozen base as opened (its absolute path, a checkpoint.dir
+  // resolved to the step loaded) and its fingerprint (PretrainedSource::fingerprint), recorded in
+  // each manifest so that the adapters are used again only over the same weights.
+  std::string base_path, base_fingerprint;
 };
 // The recipe's part for the checkpointer.
 CheckpointSetup checkpoint_setup(const Recipe& recipe);

@@ -20,6 +20,7 @@ class HfGpt2Source final : public PretrainedSource {
     prefix_ = file_.find("transformer.wte.weight") ? "transformer." : "";
   }
   std::string format() const override { return "Hugging Face GPT-2"; }
+  std::string fingerprint() const override { return file_fingerprint(file_.path()); }
   std::string describe(const std::string& loom_name) const override {
     const HfTensorName hf = hf_gpt2_name(loom_name);
     return "tensor '" + prefix_ + hf.name + "' (Loom's " + loom_name + ")" +

@@ -67,6 +67,7 @@ class LlmcSource final : public PretrainedSource {
                                (file_.size() < want ? " (truncated)" : " (trailing bytes)"));
   }
   std::string format() const override { return "llm.c"; }
+  std::string fingerprint() const override { return file_fingerprint(file_.path()); }
 
  protected:
   std::vector<float> read(const std::string& name, std::vector<int64_t>& shape) const override {

@@ -46,7 +46,17 @@ std::unique_ptr<PretrainedSource> open_lora_base(const std::string& dir, const n
   if (base.empty())
     throw std::runtime_error(dir + ": a LoRA checkpoint of a run without model.init_from (its frozen base was the "
                              "random init of train.seed): there is no base model to merge the adapters into");
-  return open_pretrained(base);
+  std::unique_ptr<PretrainedSource> src = open_pretrained(base);
+  // The base the adapters were trained on, or refused: other weights under the same path (a
+  // checkpoint.dir that trained on, a file replaced) would take the adapters silently.
+  const std::string recorded = man["model"].value("base_fingerprint", "");
+  if (!recorded.empty()) {
+    if (const std::string now = src->fingerprint(); now != recorded)
+      throw std::runtime_error(dir + ": its frozen base, model.base " + base + ", holds other weights than the "
+                               "adapters were trained on (" + recorded + " then, " + now + " now): restore that "
+                               "base, or use a checkpoint of a run on this one");
+  }
+  return src;
 }
 
 ModelConfig source_model(const std::string& dir, const nlohmann::json& man, const PretrainedSource* base) {
@@ -63,12 +73,18 @@ class LoomCheckpointSource final : public PretrainedSource {
         file_(H5TensorFile::open_alone((fs::path(dir) / kCheckpointFile).string())),
         base_(std::move(base)),
         lora_(lora_from_manifest_model(man["model"])) {
+    const nlohmann::json& file = man.at("files").at(0);
+    char b[96];
+    std::snprintf(b, sizeof b, ": %llu bytes, CRC-32C %08x", (unsigned long long)file.at("bytes").get<uint64_t>(),
+                  file.at("crc32c").get<uint32_t>());
+    fingerprint_ = "step " + std::to_string(man.at("step").get<int64_t>()) + " " + file.at("name").get<std::string>() + b;
     for (const auto& d : man.at("files").at(0).at("datasets")) {
       const std::string name = d.at("name").get<std::string>();
       if (name.rfind(kCheckpointGroups[0], 0) == 0) held_.insert(name.substr(std::string(kCheckpointGroups[0]).size()));
     }
   }
   std::string format() const override { return "Loom checkpoint"; }
+  std::string fingerprint() const override { return fingerprint_; }
   // The checkpoint's own tensor (adapters included), as saved.
   std::vector<float> own(const std::string& name, std::vector<int64_t>& shape) const {
     const std::string ds = std::string(kCheckpointGroups[0]) + name;
@@ -117,6 +133,7 @@ class LoomCheckpointSource final : public PretrainedSource {
   std::unique_ptr<PretrainedSource> base_;  // LoRA: the frozen base
   LoraSpec lora_;
   std::set<std::string> held_;  // the checkpoint's tensors
+  std::string fingerprint_;     // the manifest's account of model.h5
 };
 
 // The checkpoint `path` names: itself, or the newest complete one of a checkpoint.dir.

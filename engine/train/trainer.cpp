@@ -108,8 +108,12 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
                 "gradient accumulation, and under ZeRO-2/3 or at dp 1 no pipeline stages)\n");
   schedule_ = LrSchedule{r_.optim.lr, r_.optim.min_lr, r_.optim.warmup_steps, r_.train.steps};
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
-  checkpointer_ = std::make_unique<Checkpointer>(checkpoint_setup(r_), groups, *model_, *optim_);
+  CheckpointSetup setup = checkpoint_setup(r_);
+  setup.base_path = lora_base_path_;
+  setup.base_fingerprint = lora_base_fingerprint_;
+  checkpointer_ = std::make_unique<Checkpointer>(std::move(setup), groups, *model_, *optim_);
   resumed_ = checkpointer_->resume();
+  check_lora_base();
   scaler_->restore(resumed_.loss_scale);
   noise_.restore(resumed_.noise);
   // goodput: a resumed run goes on at the batch its checkpoint was at.
@@ -183,6 +187,11 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, c
     if (src && rank_ == 0)
       std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    // LoRA: the frozen base, as its checkpoints will record it.
+    if (src && shape.lora.on()) {
+      lora_base_path_ = std::filesystem::absolute(src->path()).lexically_normal().string();
+      lora_base_fingerprint_ = src->fingerprint();
+    }
     allocating = "the optimizer (gradient reduction buffers and state)";
     const auto& o = r_.optim;
     DistOptimConfig cfg;

@@ -83,6 +83,9 @@ class Trainer {
   LoaderState resume_position() const;
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
   void note_resize();  // rank 0: says and records an elastic resume (another process grid)
+  // Collective. LoRA: refuses a resume whose model.init_from now gives other weights than the
+  // frozen base its adapters were trained on (unless checkpoint.allow_changes; then says so).
+  void check_lora_base();
   bool due(int64_t every, int64_t done, bool last) const { return (every > 0 && done % every == 0) || last; }
   double save_checkpoint(int64_t done, const TrainSummary& summary, int64_t first_bad_step);
   // parallel.bucket_mb auto: probes the dp link and re-plans the buckets (collective; rank 0 logs).
@@ -124,6 +127,7 @@ class Trainer {
   BatchController batch_;                // the global batch of each step (train.batch_policy)
   StepTimeModel goodput_timing_;         // LOOM_GOODPUT_TIMING: a fixed step-time model (invalid: measure)
   nlohmann::json batch_decisions_ = nlohmann::json::array();  // rank 0: this session's, for run.json
+  std::string lora_base_path_, lora_base_fingerprint_;  // LoRA over model.init_from: the base as opened
   std::string cpu_threads_note_;  // rank 0, CPU backend: OpenMP threads oversubscribing the cores (cpu_threads.hpp)
   double timed_samples_ = 0;             // sequences of the timed steps (all after the first)
   std::unique_ptr<LossScaler> scaler_;   // fp16's dynamic loss scale (disabled otherwise)

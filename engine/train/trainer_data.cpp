@@ -41,6 +41,25 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
   return train;
 }
 
+void Trainer::check_lora_base() {
+  // Collective: every rank fingerprinted its own copy of the base (nodes may differ).
+  parallel::agreed(groups_.world(), [&] {
+    if (resumed_.path.empty() || resumed_.base_fingerprint.empty() || lora_base_fingerprint_.empty() ||
+        resumed_.base_fingerprint == lora_base_fingerprint_)
+      return;
+    const std::string what = "model.init_from=" + r_.model.init_from + " (" + lora_base_path_ +
+                             ") holds other weights than the frozen base the checkpoint's adapters were trained on (" +
+                             resumed_.base_fingerprint + " then, " + lora_base_fingerprint_ + " now)";
+    if (!r_.checkpoint.allow_changes)
+      throw std::runtime_error("resuming " + resumed_.path + ": " + what +
+                               ": point model.init_from at that base, or set checkpoint.allow_changes=true to train "
+                               "the adapters on over this one");
+    if (rank_ == 0)
+      std::printf("loom: resuming: %s (checkpoint.allow_changes=true): the adapters train on over these weights\n",
+                  what.c_str());
+  });
+}
+
 LoaderState Trainer::resume_position() const {
   if (resumed_.path.empty()) return {};
   std::vector<std::string> notes;

@@ -98,6 +98,48 @@ for s in b:
 print("resumed after step 15: steps 16-30 equal the uninterrupted run's")
 PY
 
+# The frozen base is recorded by its absolute path and fingerprint, and the adapters are used
+# again only over the same weights (before, a relative path without one: a base that changed in
+# place took the adapters silently). From another working directory the checkpoint evaluates as
+# before; over a copy of the base altered after the run, eval and a resume are refused, and
+# checkpoint.allow_changes=true resumes saying so.
+python3 -c "
+import json; m = json.load(open('$WORK/ck/step_00000030/manifest.json'))['model']
+assert m['base'] == '$WORK/base' and m['base_fingerprint'].startswith('model.safetensors: '), m" ||
+  fail "the base's absolute path and fingerprint are not recorded"
+e3=$(cd / && "$LOOM" eval "$WORK/ck" --data "$SRC/data/fortunes" --batches 4 --seq-len 64 | grep -oE "loss [0-9.]+")
+[ "$e3" = "$e1" ] || fail "eval from another working directory gave $e3, not $e1"
+cp -r "$WORK/base" "$WORK/base2"
+lora onbase2 1 10 --set model.init_from="$WORK/base2" --set checkpoint.dir="$WORK/ck3" --set checkpoint.every=5 \
+  --set train.stop_at_step=5
+python3 - "$WORK/base2/model.safetensors" <<'PY'
+import os, sys
+p = sys.argv[1]; n = os.path.getsize(p)
+with open(p, 'r+b') as f:  # the last bytes: tensor data, not the header
+    f.seek(n - 64); b = f.read(8); f.seek(n - 64); f.write(bytes(x ^ 0x10 for x in b))
+PY
+set +e
+"$LOOM" eval "$WORK/ck3" --data data/fortunes --batches 1 --seq-len 64 > "$WORK/evalb2.out" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] || { cat "$WORK/evalb2.out"; fail "eval over an altered base exited $rc, expected 2"; }
+grep -q "its frozen base, model.base .*base2, holds other weights than the adapters were trained on" "$WORK/evalb2.out" ||
+  { cat "$WORK/evalb2.out"; fail "eval over an altered base: no clear refusal"; }
+resume_b2() {
+  "$LOOM" train configs/tiny.yaml --set model.init_from="$WORK/base2" --set lora.rank=8 --set lora.alpha=16 \
+    --set optim.weight_decay=0 --set train.steps=10 --set log.eval_every=0 --set log.dir="$WORK/onbase2" \
+    --set checkpoint.dir="$WORK/ck3" "$@"
+}
+set +e
+resume_b2 > "$WORK/resb2.out" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] || { cat "$WORK/resb2.out"; fail "a resume over an altered base exited $rc, expected 2"; }
+grep -q "holds other weights than the frozen base the checkpoint's adapters were trained on" "$WORK/resb2.out" ||
+  { cat "$WORK/resb2.out"; fail "a resume over an altered base: no clear refusal"; }
+resume_b2 --set checkpoint.allow_changes=true > "$WORK/resb2ok.out" 2>&1 || { cat "$WORK/resb2ok.out"; fail "allow_changes"; }
+grep -q "(checkpoint.allow_changes=true): the adapters train on over these weights" "$WORK/resb2ok.out" ||
+  { cat "$WORK/resb2ok.out"; fail "allow_changes: not said"; }
+echo "base fingerprint: $(grep -o "holds other weights.*" "$WORK/evalb2.out" | cut -c1-200)"
+
 # QLoRA: the base's block weights in NF4; it trains, from nearly the same first loss.
 lora qlora 1 20 --set lora.quantize=nf4
 grep "LoRA rank" "$WORK/qlora.out" | grep -o "frozen base.*"
