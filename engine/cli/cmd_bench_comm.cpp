@@ -7,6 +7,7 @@
 #include "engine/cli/commands.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/comm_bench.hpp"
+#include "parallel/launcher_env.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/nccl_communicator.hpp"
@@ -36,6 +37,12 @@ std::vector<std::string> parse_algos(const std::string& list) {
 }  // namespace
 
 int cmd_bench_comm(const CommBenchArgs& a, int* argc, char*** argv) {
+  if (a.min_bytes > a.max_bytes) {  // a usage error, as the option parser's: every rank exits 2, one says why
+    if (parallel::launcher_rank() == 0)
+      std::fprintf(stderr, "loom bench comm: error: --min-bytes %zu is above --max-bytes %zu\n", a.min_bytes,
+                   a.max_bytes);
+    return 2;
+  }
   parallel::MpiWorld world(argc, argv);
   try {
     parallel::CommBenchOptions o;

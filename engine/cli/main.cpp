@@ -159,9 +159,15 @@ int main(int argc, char** argv) {
   comm->add_option("--backend", comm_args.backend, "mpi (host buffers) or nccl (device buffers)")
       ->check(CLI::IsMember({"mpi", "nccl"}))
       ->capture_default_str();
-  comm->add_option("--min-bytes", comm_args.min_bytes, "smallest message")->capture_default_str();
-  comm->add_option("--max-bytes", comm_args.max_bytes, "largest message (sizes grow 4x)")->capture_default_str();
+  // Sizes from 1 byte to 16 GiB: a 0 would never grow (sizes grow 4x), a huge one is an allocation failure.
+  comm->add_option("--min-bytes", comm_args.min_bytes, "smallest message")
+      ->check(CLI::Range(size_t(1), size_t(1) << 34))
+      ->capture_default_str();
+  comm->add_option("--max-bytes", comm_args.max_bytes, "largest message (sizes grow 4x)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 34))
+      ->capture_default_str();
   comm->add_option("--iters", comm_args.iters, "timed iterations per size (fewer for large messages)")
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   comm->add_option("--ops", comm_args.ops, "comma-separated collectives")->capture_default_str();
   comm->add_option("--dtype", comm_args.dtype, "element type of the buffers")
@@ -180,8 +186,8 @@ int main(int argc, char** argv) {
   comm->add_option("--link-gbps", comm_args.link_gbps, "the link's rate in Gbit/s: adds a %link column (busbw / rate)");
   comm->add_option("--segment-kib", comm_args.segment_kib, "ring: segment size in KiB (0: the default)");
   comm->add_option("--in-flight", comm_args.in_flight, "ring: segments in flight each way (0: the default)");
-  gemm->add_option("-n", gemm_n, "matrix size")->capture_default_str();
-  gemm->add_option("--reps", gemm_reps, "timed repetitions")->capture_default_str();
+  gemm->add_option("-n", gemm_n, "matrix size")->check(CLI::Range(1, 16384))->capture_default_str();
+  gemm->add_option("--reps", gemm_reps, "timed repetitions")->check(CLI::Range(1, 100000))->capture_default_str();
   gemm->add_option("--dtype", gemm_dtype, "fp32 (OpenBLAS sgemm) or bf16 (the CPU backend's bf16 matmul)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
