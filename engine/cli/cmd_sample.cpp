@@ -4,8 +4,13 @@
 // vocabulary columns, the logits are gathered, and every rank draws the same token from the same
 // seed. --no-kv-cache recomputes the whole sequence for every token (the baseline it is
 // measured against, and a check: both give the same tokens).
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -58,6 +63,21 @@ std::unique_ptr<Tokenizer> make_tokenizer(const SampleArgs& a, const PretrainedS
                            "--vocab and --merges for GPT-2 BPE (or use --prompt-tokens)");
 }
 
+// Before any work: `path` can be written (a file, or a new name in a directory that exists and
+// can be written to), so that a long sampling does not end in an error at its last step.
+void check_writable_file(const std::string& path, const char* option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw std::runtime_error(std::string(option) + " " + path + ": is a directory");
+  const fs::path dir = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(dir, ec))
+    throw std::runtime_error(std::string(option) + " " + path + ": the directory " + dir.string() + " does not exist");
+  const bool exists = fs::exists(path, ec);
+  if (::access(exists ? path.c_str() : dir.c_str(), W_OK) != 0)
+    throw std::runtime_error(std::string(option) + " " + path + ": " + (exists ? "the file" : "its directory") +
+                             " cannot be written: " + std::strerror(errno));
+}
+
 }  // namespace
 
 int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
@@ -77,6 +97,7 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
   if (!agreed_step(world, "sample", [&] {
         // The sampling options first: a bad one is refused before any weight is read.
         sampler = std::make_unique<TokenSampler>(SamplingConfig{a.temperature, a.top_k, a.top_p, a.seed});
+        if (lead && !a.logits_out.empty()) check_writable_file(a.logits_out, "--logits-out");
         src = open_pretrained(a.src);
         const ModelConfig& m = src->model();
         if (m.n_head % tp != 0)
@@ -133,7 +154,7 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
     if (!a.logits_out.empty() && lead) {  // every prompt position's logits, (n, V) float32
       std::ofstream out(a.logits_out, std::ios::binary);
       out.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
-      if (!out) throw std::runtime_error(a.logits_out + ": cannot write");
+      if (!out) throw std::runtime_error("--logits-out " + a.logits_out + ": cannot write: " + std::strerror(errno));
       logits.erase(logits.begin(), logits.end() - V);
     }
     if (lead && tok && a.echo_prompt)

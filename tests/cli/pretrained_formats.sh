@@ -93,4 +93,15 @@ grep -q "short.bin: truncated" "$WORK/err" || fail "truncated llm.c: $(cat "$WOR
 head -c 4096 "$WORK/gpt2_v3.bin" > "$WORK/cut.bin"
 "$LOOM" import "$WORK/cut.bin" --out "$WORK/cut_ck" 2> "$WORK/err" && fail "a cut llm.c file imported"
 grep -q "cut.bin: 4096 bytes, but its header .* says .* (truncated)" "$WORK/err" || fail "cut llm.c: $(cat "$WORK/err")"
+# --logits-out where nothing can be written: refused before the model is read (exit 2, the
+# reason named), not after the work through MPI_Abort.
+for bad in /nonexistent/x.f32 "$WORK"; do
+  set +e
+  "$LOOM" sample "$WORK/hf32" --prompt-tokens $TOKENS --max-tokens 0 --logits-out "$bad" > "$WORK/lo.out" 2>&1; rc=$?
+  set -e
+  [ "$rc" = 2 ] || { cat "$WORK/lo.out"; fail "--logits-out $bad exited $rc, expected 2"; }
+  grep -q -- "--logits-out $bad: \(the directory .* does not exist\|is a directory\)" "$WORK/lo.out" ||
+    { cat "$WORK/lo.out"; fail "--logits-out $bad: no reason given"; }
+  grep -q "MPI_ABORT" "$WORK/lo.out" && fail "--logits-out $bad: MPI_Abort"
+done
 echo PASS
