@@ -77,6 +77,14 @@ std::string precheck_checkpoint(const std::string& ckpt) {
   }
   try {
     const nlohmann::json man = nlohmann::json::parse(std::ifstream(man_path));
+    // Another kind of directory with a manifest: say what it is rather than which key it lacks.
+    if (const std::string format = man.is_object() ? man.value("format", "") : ""; format != "loom-checkpoint") {
+      if (format == "loom-tokens")
+        return "a `loom prep` dataset (its manifest.json is a dataset's), not a checkpoint";
+      if (!format.empty() || !man.is_object() || !man.contains("files"))
+        return "manifest.json is not a Loom checkpoint's (format " + (format.empty() ? "missing" : "'" + format + "'") +
+               ", expected 'loom-checkpoint')";
+    }
     const auto& files = man.at("files");
     if (files.size() != 1 || files[0].at("name") != kCheckpointFile) return "manifest.json does not list " + std::string(kCheckpointFile);
     for (const auto& file : files) {

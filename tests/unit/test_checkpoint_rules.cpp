@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/checkpoint/checkpoint_verify.hpp"
 #include "engine/config/recipe_io.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/train/resume_data.hpp"
@@ -336,4 +337,22 @@ TEST_CASE("a resume names every optimizer and schedule key changed since the che
                        Catch::Contains("applies from step 21 (the learning rate jumps"));
   CHECK_THAT(c[1], Catch::StartsWith("train.steps is "));
   CHECK_THAT(c[2], Catch::StartsWith("optim.grad_clip is 0, the checkpoint's run had 1: the new value applies from step 21"));
+}
+
+TEST_CASE("a directory with another kind of manifest is named for what it is, not a missing key", "[checkpoint]") {
+  TempDir t;
+  const auto with_manifest = [&](const std::string& name, const std::string& json) {
+    fs::create_directories(t.path / name);
+    std::ofstream(t.path / name / "manifest.json") << json;
+    return (t.path / name).string();
+  };
+  // `loom prep`'s output given where a checkpoint is expected (checkpoint.resume, model.init_from).
+  CHECK(precheck_checkpoint(with_manifest("prep", "{\"format\": \"loom-tokens\", \"shards\": []}")) ==
+        "a `loom prep` dataset (its manifest.json is a dataset's), not a checkpoint");
+  CHECK(precheck_checkpoint(with_manifest("other", "{\"format\": \"something\"}")) ==
+        "manifest.json is not a Loom checkpoint's (format 'something', expected 'loom-checkpoint')");
+  CHECK(precheck_checkpoint(with_manifest("array", "[1, 2]")) ==
+        "manifest.json is not a Loom checkpoint's (format missing, expected 'loom-checkpoint')");
+  // A manifest of Loom's without a format key (older checkpoints) is still judged by its files.
+  CHECK(precheck_checkpoint(with_manifest("old", "{\"files\": []}")) == "manifest.json does not list model.h5");
 }
