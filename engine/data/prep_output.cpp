@@ -166,6 +166,11 @@ PrepOutput::PrepOutput(const std::string& arg, bool force, const std::vector<std
   const auto st = fs::status(out, ec);
   if (fs::exists(st)) {
     if (!fs::is_directory(st)) throw std::runtime_error("--out " + arg + ": exists and is not a directory");
+    // It is replaced by a rename: the working directory would be left deleted under the shell.
+    if (fs::equivalent(out, fs::current_path(), ec))
+      throw std::runtime_error("--out " + arg + " is the working directory: loom prep writes the dataset beside "
+                               "--out and renames it into its place, which would leave this shell in a deleted "
+                               "directory; name a directory inside it, e.g. --out dataset");
     bool only_dataset = false;
     const std::string contents = describe_contents(out, &only_dataset);
     replaces_ = !contents.empty();
@@ -196,6 +201,17 @@ PrepOutput::PrepOutput(const std::string& arg, bool force, const std::vector<std
   fs::create_directories(out.parent_path(), ec);
   if (ec) throw std::runtime_error(out.parent_path().string() + ": cannot create the output's parent: " + ec.message());
   work_ = make_sibling_dir(out, ".partial-");
+  // The new directory takes the place of the one the user made or had: it keeps its mode (a
+  // group-private 2770 must not become 755), group and owner, set before any shard is written
+  // so that files made inside inherit a setgid group as they would have.
+  struct stat had {};
+  if (fs::exists(st) && ::stat(out.c_str(), &had) == 0) {
+    if (::chown(work_.c_str(), had.st_uid, had.st_gid) != 0 && ::chown(work_.c_str(), uid_t(-1), had.st_gid) != 0)
+      std::fprintf(stderr, "loom prep: warning: %s: the new directory cannot take the old one's group (%s)\n",
+                   out.c_str(), std::strerror(errno));
+    if (::chmod(work_.c_str(), had.st_mode & 07777) != 0)
+      throw std::runtime_error(work_.string() + ": cannot give it --out's mode: " + std::strerror(errno));
+  }
 }
 
 PrepOutput::~PrepOutput() {

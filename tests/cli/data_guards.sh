@@ -30,6 +30,19 @@ sum_before=$(cat ds/* | md5sum)
 refused "already holds a prepared dataset (manifest.json, " "${prep[@]}" --out ds in.txt
 grep -qF -- "pass --force to replace it" err.txt || fail "no --force hint: $(cat err.txt)"
 [ "$(cat ds/* | md5sum)" = "$sum_before" ] || fail "a refused prep changed the dataset"
+# The --out directory the user made keeps its mode, group and setgid bit (it was replaced by one
+# with the default 755 and the user's own group), also through --force; its files take the group.
+if [ "$(id -u)" = 0 ]; then
+  mkdir -m 2770 shared && chgrp daemon shared
+  "${prep[@]}" --out shared in.txt > /dev/null
+  [ "$(stat -c '%a %G' shared)" = "2770 daemon" ] || fail "prep changed --out's mode or group: $(stat -c '%a %G' shared)"
+  [ "$(stat -c '%G' shared/manifest.json)" = daemon ] || fail "the dataset's files did not take the setgid group"
+  "${prep[@]}" --out shared --force in.txt > /dev/null
+  [ "$(stat -c '%a %G' shared)" = "2770 daemon" ] || fail "prep --force changed --out's mode or group"
+fi
+# --out the working directory: refused (its rename would leave the shell in a deleted directory).
+mkdir here && refused "is the working directory" env -C here "${prep[@]}" --out . ../in.txt
+[ -d here ] && [ -z "$(ls here)" ] || fail "prep --out . changed the working directory"
 mkdir notes && echo keep > notes/todo.txt
 refused "--out notes is not empty (1 entry, e.g. 'todo.txt')" "${prep[@]}" --out notes in.txt
 [ "$(cat notes/todo.txt)" = keep ] || fail "a refused prep touched notes/"
