@@ -172,9 +172,12 @@ bool is_prep_shard_name(const std::string& name, const std::string& split) {
   return !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// A directory read without a manifest must not mix the two splits: training on the val shards and
-// evaluating on training data would go unnoticed.
-void refuse_mixed_splits(const std::string& key, const std::string& path, const std::vector<std::string>& files) {
+// A directory read without a manifest, or a glob, must not mix the two splits: training on the val
+// shards and evaluating on training data would go unnoticed.
+void refuse_mixed_splits(const std::string& key, const std::string& path, const std::vector<std::string>& files,
+                         bool glob) {
+  const std::string holds = glob ? "the pattern matches" : "the directory holds";
+  const std::string dir = glob ? fs::path(path).parent_path().string() : path;
   std::string train, val;
   bool prep_train = false, prep_val = false;
   for (const auto& f : files) {
@@ -187,14 +190,16 @@ void refuse_mixed_splits(const std::string& key, const std::string& path, const 
   }
   if (prep_train && prep_val)
     bad(key, path,
-        "the directory holds train_*.bin and val_*.bin shards (a loom prep output) but its manifest.json is "
-        "missing, so the splits cannot be told apart; point data.train and data.val at the files explicitly "
-        "(data.train=" + path + "/train_*.bin, data.val=" + path + "/val_*.bin) or re-run loom prep");
+        holds + " train_*.bin and val_*.bin shards (a loom prep output)" +
+            (glob ? ": reading them all would train on the validation split"
+                  : " but its manifest.json is missing, so the splits cannot be told apart") +
+            "; point data.train and data.val at the files explicitly (data.train=" + dir + "/train_*.bin, data.val=" +
+            dir + "/val_*.bin)" + (glob ? ", or at the directory, whose manifest says which is which" : " or re-run loom prep"));
   if (!train.empty() && !val.empty())
     bad(key, path,
-        "the directory holds both training and validation files (" + train + ", " + val +
-            "): reading it whole would mix the splits; point data.train and data.val at globs of each, e.g. " + path +
-            "/*train*.bin and " + path + "/*val*.bin");
+        holds + " both training and validation files (" + train + ", " + val +
+            "): reading them all would mix the splits; point data.train and data.val at globs of each, e.g. " + dir +
+            "/*train*.bin and " + dir + "/*val*.bin");
 }
 
 }  // namespace
@@ -214,6 +219,7 @@ TokenDataset open_dataset(const std::string& path, const std::string& format, co
   if (path.find_first_of("*?[") != std::string::npos) {
     auto files = expand_glob(path);
     if (files.empty()) bad(key, path, "the pattern matches no file");
+    refuse_mixed_splits(key, path, files, true);
     open_files(d, files, format, key);
   } else if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / "manifest.json") && (format == "auto" || format == "loom")) {
@@ -231,7 +237,7 @@ TokenDataset open_dataset(const std::string& path, const std::string& format, co
       }
       std::sort(files.begin(), files.end());
       if (files.empty()) bad(key, path, "the directory holds no data files");
-      refuse_mixed_splits(key, path, files);
+      refuse_mixed_splits(key, path, files, false);
       open_files(d, files, format, key);
     }
   } else if (fs::exists(path, ec) || fs::exists(path + ".idx", ec)) {

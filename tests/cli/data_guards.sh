@@ -108,4 +108,7 @@ refused "manifest.json is missing" "${train[@]}" --set data.train="$WORK/ok" --s
 # Named explicitly, it trains.
 "${train[@]}" --set data.train="$WORK/ok/train_*.bin" --set data.val="$WORK/ok/val_*.bin" > /dev/null ||
   fail "explicit globs of a manifest-less prep directory did not train"
+# A glob over both splits is refused as the directory is (it trained on the validation split too).
+refused "the pattern matches train_*.bin and val_*.bin shards (a loom prep output): reading them all would train on" \
+  "${train[@]}" --set data.train="$WORK/ok/*.bin" --set data.val=""
 echo PASS
