@@ -149,12 +149,16 @@ void resolve_world(Recipe& r, int world) {
                         kv(r, "parallel.tp") + " x " + kv(r, "parallel.pp") + " = " + std::to_string(model_ranks) +
                         " (parallel.dp=auto)");
     p.dp = world / model_ranks;
-  } else if (p.tp * p.pp * p.dp != world) {
+  } else if (int64_t(p.tp) * p.pp * p.dp != world) {
     throw ConfigError(src + ": " + kv(r, "parallel.tp") + " x " + kv(r, "parallel.pp") + " x " + kv(r, "parallel.dp") +
-                      " = " + std::to_string(p.tp * p.pp * p.dp) + " ranks, but the world has " + std::to_string(world) +
-                      " (set parallel.dp=auto to fill the world)");
+                      " = " + std::to_string(int64_t(p.tp) * p.pp * p.dp) + " ranks, but the world has " +
+                      std::to_string(world) + " (set parallel.dp=auto to fill the world)");
   }
-  const int per_step = r.train.micro_batch * p.dp;
+  // Sequences per micro-step across the data-parallel ranks: an int everywhere after this.
+  const int64_t per_step = int64_t(r.train.micro_batch) * p.dp;
+  if (per_step > INT32_MAX)
+    throw ConfigError(src + ": " + kv(r, "train.micro_batch") + " x dp=" + std::to_string(p.dp) + " = " +
+                      std::to_string(per_step) + " sequences per micro-step, more than 2^31 - 1");
   if (r.train.global_batch > 0 && r.train.global_batch % per_step != 0)
     throw ConfigError(src + ": " + kv(r, "train.global_batch") + " must be a multiple of " + kv(r, "train.micro_batch") +
                       " x dp=" + std::to_string(p.dp) + " = " + std::to_string(per_step));

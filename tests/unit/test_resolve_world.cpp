@@ -23,3 +23,12 @@ TEST_CASE("resolve_world refuses a world of fewer than one rank instead of divid
   resolve_world(r, 2);
   CHECK(r.parallel.dp == 2);
 }
+
+TEST_CASE("resolve_world refuses sequences per micro-step past 2^31 - 1 instead of wrapping") {
+  const std::string path = std::string(LOOM_TEST_DATA_DIR) + "/../../configs/tiny.yaml";
+  // 8 x 536870916 = 2^32 + 32 wrapped to 32, which divided global_batch 32: accepted before.
+  Recipe r = load_recipe(path, {"train.micro_batch=8", "train.global_batch=32"});
+  CHECK_THROWS_WITH(resolve_world(r, 536870916), Contains("dp=536870916 = 4294967328 sequences per micro-step"));
+  Recipe big = load_recipe(path, {});
+  CHECK_THROWS_WITH(resolve_world(big, 1000000000), Contains("= 8000000000 sequences per micro-step"));
+}
