@@ -27,12 +27,16 @@ int cmd_plan(const PlanArgs& a) {
       std::printf("plan --search: %zu layouts for %d node(s) x %d %s, global batch %d (best predicted tokens/s first; "
                   "those that do not fit last)\n",
                   all.size(), c.nodes, c.per_node, c.device.name.c_str(), global);
-      if (all.empty())
-        std::printf("no layout: train.global_batch=%d is not a multiple of any micro_batch x dp this cluster allows "
-                    "(tp dividing model.n_head and at most --gpus-per-node, pp dividing model.n_layer)\n", global);
+      if (all.empty()) {  // nothing to rank: an error (exit 2), not an empty table
+        std::fprintf(stderr, "loom plan: error: no layout: train.global_batch=%d is not a multiple of any micro_batch "
+                     "x dp this cluster allows (tp dividing model.n_head and at most --gpus-per-node, pp dividing "
+                     "model.n_layer)\n", global);
+        return 2;
+      }
       std::fputs(format_search(all, size_t(a.top)).c_str(), stdout);
-      if (!all.empty()) std::fputs(("\nbest:\n" + format_prediction(r, c, all.front())).c_str(), stdout);
-      return 0;
+      std::fputs(("\nbest:\n" + format_prediction(r, c, all.front())).c_str(), stdout);
+      // As without --search: 3 when even the best layout does not fit (they are ranked fitting first).
+      return all.front().fits ? 0 : 3;
     }
     resolve_world(r, c.world());
     const Prediction p = predict(r, c);

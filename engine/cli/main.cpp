@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "a100-40g", "a100-80g", "h100-80g"}));
   plan->add_flag("--search", plan_args.search, "rank every valid (tp, pp, dp, micro_batch, zero) by predicted tokens/s");
-  plan->add_option("--top", plan_args.top, "rows of the --search table")->capture_default_str();
+  plan->add_option("--top", plan_args.top, "rows of the --search table")->check(CLI::Range(1, 1000000))->capture_default_str();
 
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate), comm (collectives)");
   bench->require_subcommand(1);

@@ -242,6 +242,7 @@ bool PreparedDirCheck::ok() const {
 PreparedDirCheck check_prepared_dir(const std::string& dir) {
   const fs::path d(dir), mpath = d / "manifest.json";
   std::error_code ec;
+  if (!fs::exists(d, ec)) throw std::runtime_error(dir + ": no such directory");
   if (!fs::is_directory(d, ec)) throw std::runtime_error(dir + ": not a directory");
   if (!fs::exists(mpath, ec))
     throw std::runtime_error(mpath.string() + " not found: " + dir +

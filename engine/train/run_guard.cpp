@@ -8,12 +8,13 @@
 namespace loom {
 
 RunGuard::RunGuard(const TrainConfig& train, int vocab_size, int64_t first_bad_step, std::string resumed_from,
-                   int rank, std::chrono::steady_clock::time_point started)
+                   int rank, std::chrono::steady_clock::time_point started, bool saves)
     : train_(train),
       diverged_loss_(3 * std::log(double(vocab_size))),
       first_bad_step_(first_bad_step),
       resumed_from_(std::move(resumed_from)),
       rank_(rank),
+      saves_(saves),
       started_(started) {}
 
 void RunGuard::after_step(int64_t step, const StepResult& r) {
@@ -59,8 +60,9 @@ StopVote RunGuard::vote(int64_t step, double step_s, double max_save_s, bool log
   const bool before_end = !at_end;
   out.stop_now = v > 0 && before_end && step + 1 != train_.stop_at_step;
   if (v == 2 && rank_ == 0 && before_end)
-    std::printf("loom: stop requested (%s): saving a checkpoint of step %lld and stopping\n",
-                stop_signal() ? stop_signal_name() : "a signal on another rank", (long long)step + 1);
+    std::printf("loom: stop requested (%s): %s step %lld and stopping\n",
+                stop_signal() ? stop_signal_name() : "a signal on another rank",
+                saves_ ? "saving a checkpoint of" : "no checkpoint.dir, so nothing is saved: finishing", (long long)step + 1);
   out.log_failed = v == 3;
   if (out.stop_now && !out.log_failed)
     out.stopped_early = v == 2 ? std::string("a stop signal (") + stop_signal_name() + ")"

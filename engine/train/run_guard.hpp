@@ -27,9 +27,10 @@ struct StopVote {
 class RunGuard {
  public:
   // `first_bad_step` as resumed (-1: a clean history); `resumed_from` names the checkpoint in
-  // messages; train.max_minutes counts from `started`.
+  // messages; train.max_minutes counts from `started`; `saves`: checkpoint.dir is set (what a
+  // stop promises).
   RunGuard(const TrainConfig& train, int vocab_size, int64_t first_bad_step, std::string resumed_from, int rank,
-           std::chrono::steady_clock::time_point started);
+           std::chrono::steady_clock::time_point started, bool saves);
 
   // After step `step` (0-based) produced `r`: updates the bad-step bookkeeping and says so (rank 0).
   void after_step(int64_t step, const StepResult& r);
@@ -50,6 +51,7 @@ class RunGuard {
   int64_t first_bad_step_;
   std::string resumed_from_;
   int rank_;
+  bool saves_;
   int consecutive_bad_ = 0;
   std::chrono::steady_clock::time_point started_;
 };

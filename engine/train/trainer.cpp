@@ -230,7 +230,8 @@ TrainSummary Trainer::run() {
   record_in_run_json("memory_start", std::move(memory_start));
   TrainSummary summary;
   summary.start_step = summary.steps = steps_done_ = resumed_.steps_done;
-  RunGuard guard(r_.train, r_.model.vocab_size, resumed_.health.first_bad_step, resumed_.path, rank_, started_);
+  RunGuard guard(r_.train, r_.model.vocab_size, resumed_.health.first_bad_step, resumed_.path, rank_, started_,
+                 !r_.checkpoint.dir.empty());
   double timed_s = 0, last_wait = 0;
   double max_save_s = 0;  // the longest save so far: the room train.max_minutes leaves for the last one
   // A stop signal while blocked in a call that a dead rank will never complete aborts at once.

@@ -17,7 +17,11 @@ for r in gpt2-124m gpt2-1558m; do
   sed -n 3p "$WORK/search.txt" | grep -q " yes$" || fail "plan --search $r: the best layout does not fit: $(sed -n 2,3p "$WORK/search.txt")"
   echo "ok plan --search $r on 3 GPUs: $(sed -n 3p "$WORK/search.txt" | tr -s ' ')"
 done
+# No layout at all: an error (exit 2), not an empty table and exit 0.
+set +e
 "$LOOM" plan "$SRC/configs/tiny.yaml" --set train.global_batch=7 --set train.micro_batch=1 --gpus-per-node 3 --gpu cpu \
-  --search > "$WORK/none.txt" || fail "plan --search with no layout: exit $?"
-grep -q "^no layout: train.global_batch=7" "$WORK/none.txt" || fail "no layout: $(cat "$WORK/none.txt")"
+  --search > "$WORK/none.txt" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] || fail "plan --search with no layout: exit $rc, expected 2"
+grep -q "^loom plan: error: no layout: train.global_batch=7" "$WORK/none.txt" || fail "no layout: $(cat "$WORK/none.txt")"
 echo PASS
