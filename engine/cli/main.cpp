@@ -1,6 +1,7 @@
 // The `loom` command line: one binary, one subcommand per job.
 #include <CLI/CLI.hpp>
 
+#include <climits>
 #include <cstdio>
 
 #include "engine/cli/commands.hpp"
@@ -11,6 +12,8 @@
 int main(int argc, char** argv) {
   using namespace loom::cli;
   CLI::App app{"loom: distributed GPT training on CPUs and GPUs. Run `loom SUBCOMMAND --help` for details."};
+  // Counts, with their bounds printed as integers (CLI::PositiveNumber's are doubles: "0.000000 to 1.79e308").
+  const CLI::Range kCount0(0, INT_MAX), kCount1(1, INT_MAX);
   app.name("loom");
   app.require_subcommand(0, 1);
   bool version = false;
@@ -109,9 +112,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"byte", "gpt2"}));
   sample->add_option("--vocab", sample_args.vocab, "GPT-2 vocab.json");
   sample->add_option("--merges", sample_args.merges, "GPT-2 merges.txt");
-  sample->add_option("--max-tokens", sample_args.max_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  sample->add_option("--max-tokens", sample_args.max_tokens, "tokens to generate")->capture_default_str()->check(kCount0);
   sample->add_option("--context", sample_args.context, "positions (prompt + generated; default: the model's)")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount1);
   sample->add_option("--temperature", sample_args.temperature, "softmax temperature; 0: greedy")->capture_default_str();
   sample->add_option("--top-k", sample_args.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   sample->add_option("--top-p", sample_args.top_p, "nucleus: the most likely tokens holding this probability")->capture_default_str();
@@ -130,10 +133,10 @@ int main(int argc, char** argv) {
   eval->add_option("src", eval_args.src, "a Loom checkpoint or checkpoint.dir, an HF GPT-2 directory, an llm.c .bin")->required();
   eval->add_option("--data", eval_args.data, "a `loom prep` directory (or token files data.train accepts)")->required();
   eval->add_option("--split", eval_args.split, "which split")->check(CLI::IsMember({"val", "train"}))->capture_default_str();
-  eval->add_option("--batches", eval_args.batches, "batches of --micro-batch sequences")->capture_default_str()->check(CLI::PositiveNumber);
-  eval->add_option("--micro-batch", eval_args.micro_batch, "sequences per forward")->capture_default_str()->check(CLI::PositiveNumber);
+  eval->add_option("--batches", eval_args.batches, "batches of --micro-batch sequences")->capture_default_str()->check(kCount1);
+  eval->add_option("--micro-batch", eval_args.micro_batch, "sequences per forward")->capture_default_str()->check(kCount1);
   eval->add_option("--seq-len", eval_args.seq_len, "tokens per sequence (default: the model's positions)")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount1);
   eval->add_option("--backend", eval_args.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
 
   PlanArgs plan_args;
