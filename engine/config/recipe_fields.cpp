@@ -84,7 +84,7 @@ std::vector<Field> make_fields() {
       {"log", "tensorboard", K::Bool, 0, 0, {}, LOOM_MEMBER(log, tensorboard), "write TensorBoard event files (events.out.tfevents.*) to log.dir"},
       {"log", "trace", K::Bool, 0, 0, {}, LOOM_MEMBER(log, trace), "write a Chrome trace (log.dir/trace_rank<R>.json, for chrome://tracing or Perfetto) of the phases of log.trace_steps steps"},
       {"log", "trace_steps", K::Int64, 1, 1000, {}, LOOM_MEMBER(log, trace_steps), "steps traced with log.trace, from the second step of the run (the first warms up)"},
-      {"log", "noise_scale", K::Bool, 0, 0, {}, LOOM_MEMBER(log, noise_scale), "measure the gradient noise scale B_simple (McCandlish et al. 2018) from the dp ranks' own gradient norms, or a single rank's first micro-batch, and log it (b_simple, grad_norm_small)"},
+      {"log", "noise_scale", K::Bool, 0, 0, {}, LOOM_MEMBER(log, noise_scale), "measure the gradient noise scale B_simple (McCandlish et al. 2018) from the dp ranks' own gradient norms, or a single rank's first micro-batch, and log it (b_simple, grad_norm_small); not under ZeRO 2/3 with pipeline stages"},
       {"log", "noise_ema", K::Float, 0, 0.9999, {}, LOOM_MEMBER(log, noise_ema), "decay per step of the noise scale's moving averages of |G|^2 and tr(S)"},
 
       {"lora", "rank", K::Int, 0, 4096, {}, LOOM_MEMBER(lora, rank), "LoRA adapters' rank r; 0: no adapters (every weight trains). With r > 0 the base model is frozen (no gradients, no optimizer state) and checkpoints hold only what trains"},

@@ -34,6 +34,7 @@ void validate_shapes(const Recipe& r) {
     if (!ok) throw ConfigError(src + ": " + msg);
   };
   const auto& m = r.model;
+  rule(!r.log.dir.empty(), kv(r, "log.dir") + " is empty: the run directory (metrics.jsonl, run.json) needs a path");
   rule(m.d_model % m.n_head == 0, kv(r, "model.d_model") + " must be divisible by " + kv(r, "model.n_head"));
   rule(m.n_head % r.parallel.tp == 0, kv(r, "model.n_head") + " must be divisible by " + kv(r, "parallel.tp"));
   if (r.parallel.pp_layers == "auto") {

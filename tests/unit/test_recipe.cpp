@@ -169,3 +169,8 @@ TEST_CASE("the key table documents every key with its default") {
   CHECK_THAT(t, Contains("| `parallel.dp` | integer or auto | `auto` |"));
   CHECK_THAT(t, Contains("| `train.backend` | cpu \\| cuda | `cpu` |"));
 }
+
+TEST_CASE("an empty log.dir is refused naming the key, before the run tries to make it") {
+  auto p = write_recipe("good_logdir.yaml", kGood);
+  CHECK_THROWS_WITH(load_recipe(p, {"log.dir="}), Catch::Contains("log.dir= (--set log.dir=) is empty: the run directory"));
+}
