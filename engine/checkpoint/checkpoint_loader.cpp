@@ -42,6 +42,17 @@ std::vector<std::string> Checkpointer::candidates_on_rank0() const {
   return order;
 }
 
+namespace {
+// Whether `path` is one of `dir`'s complete checkpoints of its current history (up to `latest`).
+bool in_current_history(const std::string& dir, const std::string& path) {
+  const CheckpointCatalog c = scan_checkpoints(dir);
+  std::error_code ec;
+  for (const CheckpointEntry& e : c.complete)
+    if ((c.latest_step < 0 || e.step <= c.latest_step) && fs::equivalent(e.path, path, ec)) return true;
+  return c.complete.empty();  // nothing here yet: nothing to keep apart
+}
+}  // namespace
+
 ResumePoint Checkpointer::resume() {
   parallel::MpiCommunicator& world = groups_.world();
   const bool rank0 = groups_.world_rank() == 0;
@@ -56,6 +67,7 @@ ResumePoint Checkpointer::resume() {
     if (bad.empty()) bad = load(path, at);
     if (bad.empty()) {
       set_aside_above_ = at.steps_done;
+      if (rank0 && !cfg_.dir.empty()) set_aside_all_ = !in_current_history(cfg_.dir, path);
       if (rank0) {
         const int64_t bad = at.health.first_bad_step >= 0 ? at.health.first_bad_step : at.steps_done;
         at.last_clean = last_clean_checkpoint(bad);

@@ -211,6 +211,30 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
         man["noise_scale"] = {{"grad_sq", snap.noise.g2}, {"trace", snap.noise.tr}, {"weight", snap.noise.weight},
                               {"count", snap.noise.n}};
       write_file_atomically((partial / "manifest.json").string(), man.dump(2) + "\n");
+      // The first save after a resume: the checkpoints numbered above the one resumed from are
+      // another history's (the one this run went back from, or a damaged newer one fallen back
+      // past), and so is every one here when it was resumed from elsewhere (another directory,
+      // a set-aside or abandoned checkpoint). Set aside like a replaced step, before this one
+      // takes its place and before `latest` moves: a crash in between leaves `latest` naming
+      // nothing complete, and the newest-first fallback finds this history. (The checkpoint of
+      // this very step, if any, is set aside just below.)
+      if (set_aside_above_ >= 0) {
+        for (const CheckpointEntry& e : scan_checkpoints(root.string()).complete) {
+          if (e.step == steps_done || (!set_aside_all_ && e.step <= set_aside_above_)) continue;
+          const fs::path aside = fs::path(e.path).string() + ".replaced-" + utc_stamp();
+          fs::rename(e.path, aside);
+          if (set_aside_all_)
+            std::printf("loom: %s belongs to the history this directory held before this run resumed from a "
+                        "checkpoint outside it (step %lld): kept as %s, never counted by keep_last or resumed from "
+                        "automatically\n",
+                        e.path.c_str(), (long long)set_aside_above_, aside.string().c_str());
+          else
+            std::printf("loom: %s is numbered above step %lld, where this run continues (a history it went back "
+                        "from, or a damaged checkpoint it fell back past): kept as %s, never counted by keep_last "
+                        "or resumed from automatically\n",
+                        e.path.c_str(), (long long)set_aside_above_, aside.string().c_str());
+        }
+      }
       if (fs::exists(final_dir)) {
         // A checkpoint of the same step from an earlier history (this run resumed from an older
         // one): set aside, never deleted, and said so. Renamed before the new one takes its name,
@@ -228,20 +252,6 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
                       final_dir.string().c_str(), aside.string().c_str());
       }
       fs::rename(partial, final_dir);
-      // The first save after a resume: the checkpoints numbered above the one resumed from are
-      // another history's (the one this run went back from, or a damaged newer one fallen back
-      // past). Set aside like a replaced step, before `latest` moves to this history.
-      if (set_aside_above_ >= 0) {
-        for (const CheckpointEntry& e : scan_checkpoints(root.string()).complete) {
-          if (e.step <= set_aside_above_ || fs::path(e.path) == final_dir) continue;
-          const fs::path aside = fs::path(e.path).string() + ".replaced-" + utc_stamp();
-          fs::rename(e.path, aside);
-          std::printf("loom: %s is numbered above step %lld, where this run continues (a history it went back "
-                      "from, or a damaged checkpoint it fell back past): kept as %s, never counted by keep_last or "
-                      "resumed from automatically\n",
-                      e.path.c_str(), (long long)set_aside_above_, aside.string().c_str());
-        }
-      }
       fsync_path(root.string());
       write_file_atomically((root / "latest").string(), step_name(steps_done) + "\n");
       const double complete_s = seconds_since(t0);
@@ -267,6 +277,7 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
                     "the run went non-finite or diverged at step %lld\n",
                     pin.path.c_str(), cfg_.keep_last, (long long)pin.before_step);
       set_aside_above_ = -1;
+      set_aside_all_ = false;
       std::fflush(stdout);
     } catch (const std::exception& e) {
       error = e.what();

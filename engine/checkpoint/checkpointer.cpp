@@ -65,7 +65,7 @@ std::string unseen_by_this_rank(const std::string& path, const std::string& what
 }
 
 CheckpointSetup checkpoint_setup(const Recipe& recipe) {
-  return CheckpointSetup{recipe.checkpoint, recipe.model, recipe_to_yaml(recipe)};
+  return CheckpointSetup{recipe.checkpoint, recipe.model, recipe_to_yaml(recipe), "", ""};
 }
 
 Checkpointer::Checkpointer(CheckpointSetup setup, parallel::ProcessGroups& groups, Gpt& model,

@@ -149,6 +149,9 @@ class Checkpointer {
   // run branched off, and must neither count in retention nor be resumed from automatically,
   // even where the new history's steps pass theirs.
   int64_t set_aside_above_ = -1;
+  // Rank 0: it was resumed from outside this checkpoint.dir's current history (another directory,
+  // a .replaced- or an abandoned checkpoint): every checkpoint here is another history's.
+  bool set_aside_all_ = false;
 };
 
 }  // namespace loom

@@ -201,16 +201,20 @@ PrepOutput::PrepOutput(const std::string& arg, bool force, const std::vector<std
   fs::create_directories(out.parent_path(), ec);
   if (ec) throw std::runtime_error(out.parent_path().string() + ": cannot create the output's parent: " + ec.message());
   work_ = make_sibling_dir(out, ".partial-");
-  // The new directory takes the place of the one the user made or had: it keeps its mode (a
-  // group-private 2770 must not become 755), group and owner, set before any shard is written
-  // so that files made inside inherit a setgid group as they would have.
+  // The new directory takes the place of the one the user made or had: it keeps its group and
+  // owner (the owner only where this process may: root) and its mode (a group-private 2770 must
+  // not become 755). Group and setgid are set before any shard is written, so that files made
+  // inside inherit the group as they would have; the owner keeps write access until commit(),
+  // which gives the exact mode (a write-protected dataset replaced with --force stays so).
   struct stat had {};
   if (fs::exists(st) && ::stat(out.c_str(), &had) == 0) {
+    keep_mode_ = had.st_mode & 07777;
     if (::chown(work_.c_str(), had.st_uid, had.st_gid) != 0 && ::chown(work_.c_str(), uid_t(-1), had.st_gid) != 0)
       std::fprintf(stderr, "loom prep: warning: %s: the new directory cannot take the old one's group (%s)\n",
                    out.c_str(), std::strerror(errno));
-    if (::chmod(work_.c_str(), had.st_mode & 07777) != 0)
-      throw std::runtime_error(work_.string() + ": cannot give it --out's mode: " + std::strerror(errno));
+    if (::chmod(work_.c_str(), *keep_mode_ | S_IRWXU) != 0)
+      std::fprintf(stderr, "loom prep: warning: %s: the new directory cannot take the old one's mode (%s)\n",
+                   out.c_str(), std::strerror(errno));
   }
 }
 
@@ -222,6 +226,9 @@ PrepOutput::~PrepOutput() {
 }
 
 bool PrepOutput::commit() {
+  if (keep_mode_ && ::chmod(work_.c_str(), *keep_mode_) != 0)
+    std::fprintf(stderr, "loom prep: warning: %s: the new directory cannot take the old one's mode (%s)\n",
+                 out_.c_str(), std::strerror(errno));
   swap_into_place(work_, out_, replaces_);
   work_.clear();
   fsync_path(out_.parent_path().string());

@@ -3,6 +3,7 @@
 // a fresh directory beside it (OUT.partial-XXXXXX) and moved in only once complete. An existing
 // dataset is replaced only with --force, and a directory holding anything but a dataset never.
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ class PrepOutput {
  private:
   std::filesystem::path out_, work_;
   bool replaces_ = false;
+  std::optional<unsigned> keep_mode_;  // an existing --out's permission bits, given back at commit()
 };
 
 }  // namespace loom

@@ -23,8 +23,8 @@ std::string file_fingerprint(const std::string& path) {
   }
   if (!in.eof()) throw std::runtime_error(path + ": read failed");
   char b[64];
-  std::snprintf(b, sizeof b, ": %llu bytes, CRC-32C %08x", (unsigned long long)bytes, crc);
-  return std::filesystem::path(path).filename().string() + b;
+  std::snprintf(b, sizeof b, "%llu bytes, CRC-32C %08x", (unsigned long long)bytes, crc);
+  return b;
 }
 
 namespace {

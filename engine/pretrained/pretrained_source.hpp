@@ -28,8 +28,9 @@ class PretrainedSource {
   // "Hugging Face GPT-2", "llm.c", "Loom checkpoint": for messages.
   virtual std::string format() const = 0;
   // What identifies these exact weights, for a LoRA checkpoint to record of its frozen base and
-  // check when the adapters are used again: "model.safetensors: 548105171 bytes, CRC-32C
-  // 1a2b3c4d" (the whole file read once; a Loom checkpoint's is its manifest's, no reading).
+  // check when the adapters are used again: "548105171 bytes, CRC-32C 1a2b3c4d" of the weights
+  // file, whatever its name (read whole by each call; a Loom checkpoint's is its manifest's
+  // figure for model.h5, no reading).
   virtual std::string fingerprint() const = 0;
   // Global tensor `want.name` in Loom's [out, in] orientation, of shape `want.shape`: wte with
   // the real vocabulary's rows; "wpe" may ask for fewer rows than the source has (a model trained
@@ -52,7 +53,7 @@ class PretrainedSource {
   ModelConfig model_;
 };
 
-// The fingerprint of a whole file: "NAME: N bytes, CRC-32C XXXXXXXX" (NAME its file name).
+// The fingerprint of a whole file's bytes: "N bytes, CRC-32C XXXXXXXX".
 std::string file_fingerprint(const std::string& path);
 
 // Opens `path` as one of the formats above. Throws std::runtime_error naming the path and what

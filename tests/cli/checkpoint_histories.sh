@@ -54,4 +54,19 @@ grep -q "pruned step_00000004" "$WORK/c.out" || { cat "$WORK/c.out"; fail "[3] t
 [ "$(aside)" = 3 ] || fail "[3] expected the old 8 and 10 and the damaged 11 kept: $(ls "$ck")"
 [ "$(sha256sum "$ck"/step_00000010.replaced-*/model.h5 | cut -d' ' -f1)" = "$old10" ] || fail "[3] the old step 10 changed"
 echo "[3] $(steps)+ $(aside) set aside"
+
+# [4] An explicit resume from outside the current history (here the set-aside old step 10):
+# every checkpoint of the history this directory held is set aside at the first save, those
+# below the step resumed from too (before, 12 and 16 would have counted in the new history's
+# keep_last and been pruned), and nothing is deleted.
+all_before=$(ls "$ck" | grep -c '^step_')
+old10_dir=$(ls -d "$ck"/step_00000010.replaced-*)
+t --set checkpoint.resume="$old10_dir" --set train.stop_at_step=14 > "$WORK/d.out" 2>&1 ||
+  { cat "$WORK/d.out"; fail "[4] the resume of the set-aside step 10 failed"; }
+grep -q "step_00000016 belongs to the history this directory held before this run resumed from a checkpoint outside it" \
+  "$WORK/d.out" || { cat "$WORK/d.out"; fail "[4] step 16 of the directory's history was not set aside"; }
+[ "$(steps)" = "step_00000012 step_00000014 " ] || fail "[4] expected 12 14, found $(steps)"
+[ "$(aside)" = 6 ] || fail "[4] expected the old 12, 16 and 20 set aside too: $(ls "$ck")"
+[ "$(ls "$ck" | grep -c '^step_')" = $((all_before + 2)) ] || fail "[4] a checkpoint was deleted: $(ls "$ck")"
+echo "[4] $(steps)+ $(aside) set aside"
 echo PASS

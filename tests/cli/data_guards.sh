@@ -33,12 +33,15 @@ grep -qF -- "pass --force to replace it" err.txt || fail "no --force hint: $(cat
 # The --out directory the user made keeps its mode, group and setgid bit (it was replaced by one
 # with the default 755 and the user's own group), also through --force; its files take the group.
 if [ "$(id -u)" = 0 ]; then
-  mkdir -m 2770 shared && chgrp daemon shared
+  mkdir -m 2770 shared && chgrp daemon shared  # Debian's base-passwd always has the daemon group
   "${prep[@]}" --out shared in.txt > /dev/null
   [ "$(stat -c '%a %G' shared)" = "2770 daemon" ] || fail "prep changed --out's mode or group: $(stat -c '%a %G' shared)"
   [ "$(stat -c '%G' shared/manifest.json)" = daemon ] || fail "the dataset's files did not take the setgid group"
   "${prep[@]}" --out shared --force in.txt > /dev/null
   [ "$(stat -c '%a %G' shared)" = "2770 daemon" ] || fail "prep --force changed --out's mode or group"
+  # A write-protected --out gets its exact mode back only once the dataset is written.
+  mkdir -m 0555 sealed && "${prep[@]}" --out sealed in.txt > /dev/null
+  [ "$(stat -c '%a' sealed)" = 555 ] && [ -f sealed/manifest.json ] || fail "prep into a 0555 --out: $(stat -c '%a' sealed)"
 fi
 # --out the working directory: refused (its rename would leave the shell in a deleted directory).
 mkdir here && refused "is the working directory" env -C here "${prep[@]}" --out . ../in.txt
