@@ -1,29 +1,17 @@
 #include "engine/pretrained/pretrained_source.hpp"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
-#include "engine/util/crc32c.hpp"
+#include "engine/data/mapped_file.hpp"
+#include "engine/data/token_shard.hpp"
 
 namespace loom {
 
 std::string file_fingerprint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot be read");
-  std::vector<char> buf(size_t(4) << 20);
-  uint32_t crc = 0;
-  uint64_t bytes = 0;
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    const size_t got = size_t(in.gcount());
-    crc = crc32c(buf.data(), got, crc);
-    bytes += got;
-  }
-  if (!in.eof()) throw std::runtime_error(path + ": read failed");
+  const MappedFile f(path);  // token_shard.hpp's checksum: all threads, pages given back as read
   char b[64];
-  std::snprintf(b, sizeof b, "%llu bytes, CRC-32C %08x", (unsigned long long)bytes, crc);
+  std::snprintf(b, sizeof b, "%llu bytes, CRC-32C %08x", (unsigned long long)f.size(), file_crc32c(f));
   return b;
 }
 
