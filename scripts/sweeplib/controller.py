@@ -10,6 +10,7 @@ target: loom saves a checkpoint and ends there, and the next segment resumes fro
 decision metric is the last value of `metric` in the trial's metrics.jsonl (val_loss by default:
 a run stopped at train.stop_at_step evaluates there).
 """
+import filecmp
 import json
 import math
 import os
@@ -111,6 +112,16 @@ def link_tree(src, dst):
     os.replace(tmp, dst)
 
 
+def is_copy_of(dst, src):
+    """Whether checkpoint directory dst was copied from src: the same manifest, which holds the
+    CRC-32C of every tensor (a hard link or a byte-for-byte copy of it)."""
+    a, b = os.path.join(dst, "manifest.json"), os.path.join(src, "manifest.json")
+    try:
+        return filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return False
+
+
 class Controller:
     """`spec`: recipe, sets (overrides for every trial), metric, mode, max_steps, scheduler (its
     section of the sweep spec), space, seed, trials (list of {key: value})."""
@@ -200,8 +211,23 @@ class Controller:
         src = os.path.join(self.trial_dir(donor), donor["ckpt"], f"step_{step:08d}")
         if not os.path.isdir(src):
             raise SystemExit(f"sweep: PBT: trial {donor_id} has no checkpoint at step {step} ({src})")
-        name = f"ckpt_g{step}"
-        dst = os.path.join(self.trial_dir(t), name, f"step_{step:08d}")
+        # ckpt_g<step>, unless that holds anything but this very copy: a controller killed after
+        # a copy but before its state.json recorded it restarts, and its scheduler may pick
+        # another donor this time; a trial may also come back to a step it went on from before.
+        # Going on in such a directory would resume from other parameters (another donor's, or
+        # a later checkpoint) under this donor's name; it is kept as it is, and this copy takes
+        # the next free name.
+        name, n = f"ckpt_g{step}", 1
+        while True:
+            dst = os.path.join(self.trial_dir(t), name, f"step_{step:08d}")
+            held = set(os.listdir(os.path.dirname(dst))) if os.path.isdir(os.path.dirname(dst)) else set()
+            base = os.path.basename(dst)
+            # (free: nothing there yet, or only what a copy killed half-way left, which
+            # link_tree redoes; or the copy itself, made by a controller killed before it saved)
+            if held <= {base + ".tmp"} or (held <= {base, base + ".tmp"} and is_copy_of(dst, src)):
+                break
+            n += 1
+            name = f"ckpt_g{step}.{n}"
         if not os.path.isdir(dst):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             link_tree(src, dst)

@@ -153,6 +153,40 @@ class ControllerTest(unittest.TestCase):
         for tid, step, donor in copies:
             self.assertTrue(os.path.isdir(f"{self.dir}/trial_{tid}/ckpt_g{step}/step_{step:08d}"))
 
+    def test_pbt_copy_never_goes_on_from_another_checkpoint(self):
+        # Donors 1 and 2 each hold a checkpoint at step 10 (a manifest each: the CRCs differ).
+        c = Controller(self.dir, spec("pbt", LRS[:3], 30, interval=10, quantile=0.34), FakeLoom(), log=lambda *_: None)
+        for donor in (1, 2):
+            d = f"{self.dir}/trial_{donor}/run/checkpoints/step_00000010"
+            os.makedirs(d)
+            with open(f"{d}/manifest.json", "w") as f:
+                f.write(f'{{"donor": {donor}}}')
+        manifest = lambda ck: open(f"{self.dir}/trial_0/{ck}/step_00000010/manifest.json").read()
+        t = c.trials[0]
+        t["steps"] = 10
+        # A controller killed after copying donor 1's checkpoint, before state.json said so...
+        c.exploit(t, 1, {"optim.lr": 1e-3})
+        self.assertEqual((t["ckpt"], manifest("ckpt_g10")), ("ckpt_g10", '{"donor": 1}'))
+        # ...restarts, and this time its scheduler picks donor 2: a copy of its own, the first kept.
+        t["ckpt"] = "run/checkpoints"
+        c.exploit(t, 2, {"optim.lr": 2e-3})
+        self.assertEqual((t["ckpt"], manifest("ckpt_g10.2")), ("ckpt_g10.2", '{"donor": 2}'))
+        self.assertEqual(manifest("ckpt_g10"), '{"donor": 1}')
+        # The same donor again finds its copy and makes none.
+        c.exploit(t, 2, {"optim.lr": 2e-3})
+        self.assertEqual(t["ckpt"], "ckpt_g10.2")
+        self.assertFalse(os.path.exists(f"{self.dir}/trial_0/ckpt_g10.3"))
+        # A copy that was trained on (a later checkpoint beside it) is not gone on from either.
+        os.makedirs(f"{self.dir}/trial_0/ckpt_g10.2/step_00000015")
+        c.exploit(t, 2, {"optim.lr": 2e-3})
+        self.assertEqual((t["ckpt"], manifest("ckpt_g10.3")), ("ckpt_g10.3", '{"donor": 2}'))
+        # A copy killed half-way (only its .tmp) is redone in place.
+        os.makedirs(f"{self.dir}/trial_2/ckpt_g10/step_00000010.tmp")
+        c.trials[2]["steps"] = 10
+        c.exploit(c.trials[2], 1, {"optim.lr": 1e-3})
+        self.assertEqual(c.trials[2]["ckpt"], "ckpt_g10")
+        self.assertEqual(os.listdir(f"{self.dir}/trial_2/ckpt_g10"), ["step_00000010"])
+
     def test_restart_reruns_interrupted_and_keeps_finished(self):
         s = spec("asha", LRS, 90, min_steps=10, eta=3)
         ex = FakeLoom(parallel=2)
