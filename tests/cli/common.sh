@@ -1,5 +1,7 @@
 # Shared by the end-to-end test scripts: arguments, mpirun for root in a container, helpers.
 set -euo pipefail
+# A command that ends the script through set -e says which, instead of a silent exit status.
+trap 'rc=$?; echo "FAIL: ${BASH_SOURCE[0]:-$0}:$LINENO: \"$BASH_COMMAND\" exited $rc" >&2' ERR
 LOOM=$1
 SRC=$2
 MPIEXEC=${3:-mpirun}

@@ -33,7 +33,9 @@ for trial in $(seq 1 "$trials"); do
       ms=$(( attempt == 1 ? ref_ms * (40 + RANDOM % 56) / 100 : ref_ms * (15 + RANDOM % 46) / 100 ))
       sleep "$(( ms / 1000 )).$(printf %03d $(( ms % 1000 )))"
       pids=$(pgrep -f -- "checkpoint.dir=$ck" | grep -v "^$job$" || true)
-      pids=$(for p in $pids; do [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ] && echo "$p"; done)
+      # (if/then, not `[ ] && echo`: a rank that exits between pgrep and ps, as the restart
+      # finishes, would make the loop's status 1 and end the script through set -e, silently.)
+      pids=$(for p in $pids; do if [ "$(ps -o comm= -p "$p" 2>/dev/null)" = loom ]; then echo "$p"; fi; done)
       if [ -n "$pids" ]; then
         if [ $(( RANDOM % 2 )) = 0 ]; then
           victim=$(echo "$pids" | head -1); kill -9 "$victim" 2>/dev/null || true; what="rank pid $victim"
