@@ -223,11 +223,12 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   if (rank0) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double bytes = double(fs::file_size(fs::path(dir) / kCheckpointFile));
-    std::printf("loom: resumed from %s (step %lld, saved under tp=%d pp=%d dp=%d zero=%d; read and verified %.1f MB "
-                "in %.2f s, %.2f GB/s)\n",
-                dir.c_str(), (long long)at.steps_done, man["layout"]["tp"].get<int>(), man["layout"]["pp"].get<int>(),
-                man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>(), bytes / 1e6, sec, bytes / 1e9 / sec);
-    std::fflush(stdout);
+    char line[160];
+    std::snprintf(line, sizeof line, " (step %lld, saved under tp=%d pp=%d dp=%d zero=%d; read and verified %.1f MB "
+                  "in %.2f s, %.2f GB/s)", (long long)at.steps_done, man["layout"]["tp"].get<int>(),
+                  man["layout"]["pp"].get<int>(), man["layout"]["dp"].get<int>(), man["layout"]["zero"].get<int>(),
+                  bytes / 1e6, sec, bytes / 1e9 / sec);
+    at.loaded_line = "resumed from " + dir + line;
   }
   return "";
 }

@@ -66,6 +66,9 @@ struct ResumePoint {
   NoiseScale::State noise;    // the gradient noise scale's moving averages (n 0: none recorded)
   std::string recipe_yaml;    // the recipe the checkpoint recorded ("" if none)
   std::string base_fingerprint;  // LoRA: the frozen base's, as recorded ("" if none)
+  // Rank 0: "resumed from PATH (step, layout, read rate)", for the trainer to print once it has
+  // accepted the resume (the seed, the data and a LoRA base are checked after loading).
+  std::string loaded_line;
   struct Layout {
     int tp = 0, pp = 0, dp = 0, zero = 0;  // the process grid it was saved under (0: unknown)
   } layout;

@@ -118,11 +118,17 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   noise_.restore(resumed_.noise);
   // goodput: a resumed run goes on at the batch its checkpoint was at.
   const std::string batch_note = resumed_.path.empty() ? "" : batch_.resume_at(resumed_.data.global_batch);
-  if (rank_ == 0 && !batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
   step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
   data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size()),
                       batch_.adaptive(), train_print, val_print};
   const LoaderState start = resume_position();
+  // Said only now that nothing refuses it, then what changed since it was saved.
+  if (rank_ == 0 && !resumed_.path.empty()) {
+    std::printf("loom: %s\n", resumed_.loaded_line.c_str());
+    if (!batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
+    for (const std::string& n : resume_notes_) std::printf("loom: resuming: %s\n", n.c_str());
+    std::fflush(stdout);
+  }
   LoaderLayout train_layout = layout_;  // layout_ keeps the recipe's accumulation (validation batches)
   train_layout.micro_steps = int(batch_.batch() / batch_.unit());
   train_data_ = std::make_unique<DataLoader>(std::move(train), train_layout, 2, start);

@@ -80,7 +80,7 @@ class Trainer {
   // fingerprints to `train_print`, `val_print`: tokens 0 without data.val), the validation
   // batches made; then, once resumed_ and data_now_ are set, where the stream starts.
   TokenDataset open_data(DataFingerprint* train_print, DataFingerprint* val_print);
-  LoaderState resume_position() const;
+  LoaderState resume_position();
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
   void note_resize();  // rank 0: says and records an elastic resume (another process grid)
   // Collective. LoRA: refuses a resume whose model.init_from now gives other weights than the
@@ -139,6 +139,7 @@ class Trainer {
   std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Checkpointer> checkpointer_;
   ResumePoint resumed_;        // the checkpoint this session started from (path "" if fresh)
+  std::vector<std::string> resume_notes_;  // what changed since it was saved (check_lora_base, resume_position)
   int64_t steps_done_ = -1;    // the last step run() completed (run.json's end_step on a failure)
   DataNow data_now_;           // what the data stream is drawn with, recorded in checkpoints
   std::string log_error_;      // rank 0: writing the run directory failed (the run saves and stops)

@@ -54,19 +54,15 @@ void Trainer::check_lora_base() {
       throw std::runtime_error("resuming " + resumed_.path + ": " + what +
                                ": point model.init_from at that base, or set checkpoint.allow_changes=true to train "
                                "the adapters on over this one");
-    if (rank_ == 0)
-      std::printf("loom: resuming: %s (checkpoint.allow_changes=true): the adapters train on over these weights\n",
-                  what.c_str());
+    resume_notes_.push_back(what + " (checkpoint.allow_changes=true): the adapters train on over these weights");
   });
 }
 
-LoaderState Trainer::resume_position() const {
+LoaderState Trainer::resume_position() {
   if (resumed_.path.empty()) return {};
-  std::vector<std::string> notes;
-  const LoaderState start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &notes);
-  for (std::string& n : schedule_changes(resumed_.recipe_yaml, r_, resumed_.steps_done)) notes.push_back(std::move(n));
-  if (rank_ == 0)
-    for (const std::string& n : notes) std::printf("loom: resuming: %s\n", n.c_str());
+  const LoaderState start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &resume_notes_);
+  for (std::string& n : schedule_changes(resumed_.recipe_yaml, r_, resumed_.steps_done))
+    resume_notes_.push_back(std::move(n));
   return start;
 }
 

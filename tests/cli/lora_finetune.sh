@@ -135,6 +135,7 @@ set -e
 [ "$rc" = 2 ] || { cat "$WORK/resb2.out"; fail "a resume over an altered base exited $rc, expected 2"; }
 grep -q "holds other weights than the frozen base the checkpoint's adapters were trained on" "$WORK/resb2.out" ||
   { cat "$WORK/resb2.out"; fail "a resume over an altered base: no clear refusal"; }
+! grep -q "resumed from" "$WORK/resb2.out" || fail "a refused resume over an altered base said 'resumed from'"
 resume_b2 --set checkpoint.allow_changes=true > "$WORK/resb2ok.out" 2>&1 || { cat "$WORK/resb2ok.out"; fail "allow_changes"; }
 grep -q "(checkpoint.allow_changes=true): the adapters train on over these weights" "$WORK/resb2ok.out" ||
   { cat "$WORK/resb2ok.out"; fail "allow_changes: not said"; }

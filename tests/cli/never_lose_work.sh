@@ -206,10 +206,14 @@ r seed --set train.steps=6 --set train.seed=7 --set checkpoint.dir="$ck3" --set 
 expect_rc seed 2
 has seed "train.seed changed from 1337 to 7"
 has seed "checkpoint.allow_changes=true"
+! grep -q "resumed from" "$WORK/seed.out" "$WORK/seed.err" || fail "[11] a refused resume said 'resumed from'"
 r seedok --set train.steps=6 --set train.seed=7 --set checkpoint.allow_changes=true --set checkpoint.dir="$ck3" \
   --set log.dir="$WORK/l18"
 expect_rc seedok 0
 has seedok "resuming: train.seed changed from 1337 to 7"
+# (said after the line naming the checkpoint it resumed from)
+grep -A3 "resumed from .*step_00000004" "$WORK/seedok.out" | grep -q "resuming: train.seed changed" ||
+  { cat "$WORK/seedok.out"; fail "[11] the change was not said after 'resumed from'"; }
 r gb --set train.steps=8 --set train.seed=7 --set train.global_batch=64 --set checkpoint.dir="$ck3" \
   --set log.dir="$WORK/l19"
 expect_rc gb 0
