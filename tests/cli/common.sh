@@ -1,7 +1,8 @@
 # Shared by the end-to-end test scripts: arguments, mpirun for root in a container, helpers.
 set -euo pipefail
 # A command that ends the script through set -e says which, instead of a silent exit status.
-trap 'rc=$?; echo "FAIL: ${BASH_SOURCE[0]:-$0}:$LINENO: \"$BASH_COMMAND\" exited $rc" >&2' ERR
+# (ERR also fires under set +e, where a test looks at the status itself: only with -e on.)
+trap 'err_rc=$?; [[ $- != *e* ]] || echo "FAIL: ${BASH_SOURCE[0]:-$0}:$LINENO: \"$BASH_COMMAND\" exited $err_rc" >&2' ERR
 LOOM=$1
 SRC=$2
 MPIEXEC=${3:-mpirun}
