@@ -151,11 +151,12 @@ void open_manifest_dir(TokenDataset& d, const fs::path& dir, const std::string& 
   d.declared_by = mpath.string();
 }
 
-// The name's parts between '_', '-' and '.': "fineweb_val_000000.bin" -> fineweb, val, 000000, bin.
+// The name's parts between '_', '-', '.' and '/': "fineweb_val_000000.bin" -> fineweb, val,
+// 000000, bin; "val/000000.bin" -> val, 000000, bin.
 bool has_part(const std::string& name, std::initializer_list<const char*> words) {
   size_t start = 0;
   while (start <= name.size()) {
-    size_t end = name.find_first_of("_-.", start);
+    size_t end = name.find_first_of("_-./", start);
     if (end == std::string::npos) end = name.size();
     const std::string part = name.substr(start, end - start);
     for (const char* w : words)
@@ -178,13 +179,25 @@ void refuse_mixed_splits(const std::string& key, const std::string& path, const 
                          bool glob) {
   const std::string holds = glob ? "the pattern matches" : "the directory holds";
   const std::string dir = glob ? fs::path(path).parent_path().string() : path;
+  // A glob's files are named from its first directory with a wildcard on, so that the splits of
+  // data/*/shard.bin over data/train/ and data/val/ are told apart too.
+  fs::path fixed;
+  for (const fs::path& part : fs::path(path).parent_path()) {
+    if (part.string().find_first_of("*?[") != std::string::npos) break;
+    fixed /= part;
+  }
   std::string train, val;
   bool prep_train = false, prep_val = false;
   for (const auto& f : files) {
     const std::string name = fs::path(f).filename().string();
-    const bool t = has_part(name, {"train"}), v = has_part(name, {"val", "valid", "validation"});
-    if (train.empty() && t && !v) train = name;  // a name with both parts says nothing
-    if (val.empty() && v && !t) val = name;
+    std::string named = name;
+    if (glob) {
+      const fs::path rel = fixed.empty() ? fs::path(f) : fs::path(f).lexically_relative(fixed);
+      if (!rel.empty()) named = rel.generic_string();
+    }
+    const bool t = has_part(named, {"train"}), v = has_part(named, {"val", "valid", "validation"});
+    if (train.empty() && t && !v) train = named;  // a name with both parts says nothing
+    if (val.empty() && v && !t) val = named;
     prep_train = prep_train || is_prep_shard_name(name, "train");
     prep_val = prep_val || is_prep_shard_name(name, "val");
   }
@@ -198,8 +211,8 @@ void refuse_mixed_splits(const std::string& key, const std::string& path, const 
   if (!train.empty() && !val.empty())
     bad(key, path,
         holds + " both training and validation files (" + train + ", " + val +
-            "): reading them all would mix the splits; point data.train and data.val at globs of each, e.g. " + dir +
-            "/*train*.bin and " + dir + "/*val*.bin");
+            "): reading them all would mix the splits; point data.train and data.val at globs of each" +
+            (train.find('/') == std::string::npos ? ", e.g. " + dir + "/*train*.bin and " + dir + "/*val*.bin" : ""));
 }
 
 }  // namespace

@@ -114,4 +114,10 @@ refused "manifest.json is missing" "${train[@]}" --set data.train="$WORK/ok" --s
 # A glob over both splits is refused as the directory is (it trained on the validation split too).
 refused "the pattern matches train_*.bin and val_*.bin shards (a loom prep output): reading them all would train on" \
   "${train[@]}" --set data.train="$WORK/ok/*.bin" --set data.val=""
+# So is one whose directories hold the splits: data/*/shard.bin over data/train/ and data/val/.
+mkdir -p split/train split/val
+cp ok/train_000000.bin split/train/shard.bin
+cp ok/val_000000.bin split/val/shard.bin
+refused "the pattern matches both training and validation files (train/shard.bin, val/shard.bin)" \
+  "${train[@]}" --set data.train="$WORK/split/*/shard.bin" --set data.val=""
 echo PASS
