@@ -40,7 +40,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   // What each rank opens on its own, then the process groups (collective), then the rest: a rank
   // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).
   if (!agreed_step(world, "eval", [&] {
-        src = open_pretrained(a.src);
+        src = open_pretrained(a.src, a.base);
         const ModelConfig& m = src->model();
         T = a.seq_len > 0 ? a.seq_len : m.seq_len;
         if (T > m.seq_len)

@@ -87,12 +87,12 @@ int cmd_export(const ExportArgs& a, int* argc, char*** argv) {
     // fail with a confusing message.
     if (world.size() != 1) throw std::runtime_error("loom export runs as one process (not under mpirun -n > 1)");
     if (a.peft) {
-      export_peft_adapters(a.src, a.out);
+      export_peft_adapters(a.src, a.out, a.base);
       std::printf("loom export: %s's LoRA adapters -> %s (PEFT: adapter_model.safetensors, adapter_config.json) in %.2f s\n",
                   a.src.c_str(), a.out.c_str(), seconds_since(t0));
       return 0;
     }
-    const std::unique_ptr<PretrainedSource> src = open_pretrained(a.src);
+    const std::unique_ptr<PretrainedSource> src = open_pretrained(a.src, a.base);
     HfExportOptions opt;
     opt.dtype = a.dtype == "bf16" ? "BF16" : a.dtype == "fp32" ? "F32" : a.dtype;
     opt.vocab = a.vocab;

@@ -98,7 +98,7 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
         // The sampling options first: a bad one is refused before any weight is read.
         sampler = std::make_unique<TokenSampler>(SamplingConfig{a.temperature, a.top_k, a.top_p, a.seed});
         if (lead && !a.logits_out.empty()) check_writable_file(a.logits_out, "--logits-out");
-        src = open_pretrained(a.src);
+        src = open_pretrained(a.src, a.base);
         const ModelConfig& m = src->model();
         if (m.n_head % tp != 0)
           throw std::runtime_error("tensor parallelism over " + std::to_string(tp) + " ranks: n_head = " +

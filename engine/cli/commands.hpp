@@ -44,10 +44,12 @@ struct ExportArgs {
   std::string dtype = "fp32";  // fp32 | bf16
   std::string vocab, merges;   // "" : from the checkpoint's run, if it used GPT-2 BPE
   bool peft = false;           // a LoRA checkpoint's adapters alone, in PEFT's layout (else merged)
+  std::string base;            // a LoRA checkpoint's frozen base, if not at its model.base any more
 };
 int cmd_export(const ExportArgs& a, int* argc, char*** argv);
 struct SampleArgs {
   std::string src;
+  std::string base;                   // a LoRA checkpoint's frozen base, if not at its model.base any more
   std::string prompt, prompt_tokens;  // text (through the tokenizer), or comma-separated ids
   std::string tokenizer;              // "" (the model's), byte, gpt2
   std::string vocab, merges;
@@ -63,6 +65,7 @@ struct SampleArgs {
 int cmd_sample(const SampleArgs& a, int* argc, char*** argv);
 struct EvalArgs {
   std::string src, data;
+  std::string base;           // a LoRA checkpoint's frozen base, if not at its model.base any more
   std::string split = "val";  // val | train
   int batches = 8, micro_batch = 4;
   int seq_len = 0;            // 0: the model's positions

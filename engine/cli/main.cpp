@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   CLI::App app{"loom: distributed GPT training on CPUs and GPUs. Run `loom SUBCOMMAND --help` for details."};
   // Counts, with their bounds printed as integers (CLI::PositiveNumber's are doubles: "0.000000 to 1.79e308").
   const CLI::Range kCount0(0, INT_MAX), kCount1(1, INT_MAX);
+  const char* kLoraBaseHelp =
+      "a LoRA checkpoint's frozen base, where it is now if it moved since the run (default: the manifest's model.base; "
+      "checked against the fingerprint recorded)";
   app.name("loom");
   app.require_subcommand(0, 1);
   bool version = false;
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   exp->add_option("--vocab", export_args.vocab, "GPT-2 vocab.json to include (default: the run's, if it used GPT-2 BPE)");
   exp->add_option("--merges", export_args.merges, "GPT-2 merges.txt to include (with --vocab)");
+  exp->add_option("--base", export_args.base, kLoraBaseHelp);
   exp->add_flag("--peft", export_args.peft,
                 "a LoRA checkpoint: its adapters alone, as PEFT's adapter_model.safetensors + adapter_config.json "
                 "(default: the base with the adapters merged in)");
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
       "sample", "generate text from a model with a KV cache (under mpirun: tensor-parallel over the ranks)");
   sample->add_option("src", sample_args.src, "a Loom checkpoint or checkpoint.dir, an HF GPT-2 directory, an llm.c .bin")
       ->required();
+  sample->add_option("--base", sample_args.base, kLoraBaseHelp);
   CLI::Option* prompt_text =
       sample->add_option("--prompt", sample_args.prompt, "text to continue (default: start a new document)");
   sample->add_option("--prompt-tokens", sample_args.prompt_tokens, "token ids to continue, comma-separated (no tokenizer)")
@@ -132,6 +137,7 @@ int main(int argc, char** argv) {
   CLI::App* eval = app.add_subcommand("eval", "a model's loss and perplexity on a token dataset (under mpirun: split over the ranks)");
   eval->add_option("src", eval_args.src, "a Loom checkpoint or checkpoint.dir, an HF GPT-2 directory, an llm.c .bin")->required();
   eval->add_option("--data", eval_args.data, "a `loom prep` directory (or token files data.train accepts)")->required();
+  eval->add_option("--base", eval_args.base, kLoraBaseHelp);
   eval->add_option("--split", eval_args.split, "which split")->check(CLI::IsMember({"val", "train"}))->capture_default_str();
   eval->add_option("--batches", eval_args.batches, "batches of --micro-batch sequences")->capture_default_str()->check(kCount1);
   eval->add_option("--micro-batch", eval_args.micro_batch, "sequences per forward")->capture_default_str()->check(kCount1);

@@ -2,6 +2,7 @@
 // moments and the data position are not used): `model.init_from` a checkpoint starts a new run
 // from its weights, `loom export` writes them in Hugging Face's format. The checkpoint is
 // verified (every file's size and CRC-32C) before a byte of it is used.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -41,20 +42,37 @@ ModelConfig manifest_model(const std::string& dir, const nlohmann::json& man) {
 // A LoRA checkpoint holds the adapters (and what else trained), not the frozen base: that comes
 // from the base model the run adapted (the manifest's model.base), and each adapted weight is
 // merged, W + (alpha / rank) B A, as it is read.
-std::unique_ptr<PretrainedSource> open_lora_base(const std::string& dir, const nlohmann::json& man) {
-  const std::string base = man["model"].value("base", "");
-  if (base.empty())
+// `given` (--base): the base from there instead, a base that moved since the run.
+std::unique_ptr<PretrainedSource> open_lora_base(const std::string& dir, const nlohmann::json& man,
+                                                 const std::string& given) {
+  const std::string recorded_at = man["model"].value("base", "");
+  if (recorded_at.empty())
     throw std::runtime_error(dir + ": a LoRA checkpoint of a run without model.init_from (its frozen base was the "
                              "random init of train.seed): there is no base model to merge the adapters into");
-  std::unique_ptr<PretrainedSource> src = open_pretrained(base);
+  const std::string base = given.empty() ? recorded_at : given;
+  const std::string named = given.empty() ? "model.base " + base : "--base " + base;
+  std::unique_ptr<PretrainedSource> src;
+  try {
+    src = open_pretrained(base);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(dir + ": its frozen base cannot be opened (" + e.what() + ")" +
+                             (given.empty() ? "; if it moved, give its new place with --base PATH (checked against "
+                                              "the fingerprint the checkpoint recorded)"
+                                            : ""));
+  }
   // The base the adapters were trained on, or refused: other weights under the same path (a
-  // checkpoint.dir that trained on, a file replaced) would take the adapters silently.
+  // checkpoint.dir that trained on, a file replaced) or at another would take the adapters silently.
   const std::string recorded = man["model"].value("base_fingerprint", "");
   if (!recorded.empty()) {
     if (const std::string now = src->fingerprint(); now != recorded)
-      throw std::runtime_error(dir + ": its frozen base, model.base " + base + ", holds other weights than the "
-                               "adapters were trained on (" + recorded + " then, " + now + " now): restore that "
-                               "base, or use a checkpoint of a run on this one");
+      throw std::runtime_error(dir + ": its frozen base, " + named + ", holds other weights than the adapters were "
+                               "trained on (" + recorded + " then, " + now + " now): " +
+                               (given.empty() ? "restore that base (or give where it is now with --base)"
+                                              : "give the base the run had (model.base " + recorded_at + ")") +
+                               ", or use a checkpoint of a run on this one");
+  } else if (!given.empty()) {
+    std::fprintf(stderr, "loom: warning: %s records no fingerprint of its base (saved before Loom recorded one): "
+                 "--base %s is used unchecked\n", dir.c_str(), given.c_str());
   }
   return src;
 }
@@ -149,17 +167,21 @@ std::string resolve_checkpoint(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<PretrainedSource> open_loom_checkpoint(const std::string& path) {
+std::unique_ptr<PretrainedSource> open_loom_checkpoint(const std::string& path, const std::string& lora_base) {
   const std::string dir = resolve_checkpoint(path);
   if (std::string bad = verify_checkpoint(dir); !bad.empty())
     throw std::runtime_error(dir + ": the checkpoint does not verify: " + bad);
   const nlohmann::json man = read_manifest(dir);
   std::unique_ptr<PretrainedSource> base;
-  if (lora_from_manifest_model(man.at("model")).on()) base = open_lora_base(dir, man);
+  if (lora_from_manifest_model(man.at("model")).on())
+    base = open_lora_base(dir, man, lora_base);
+  else if (!lora_base.empty())
+    throw std::runtime_error("--base " + lora_base + ": only a LoRA checkpoint has a frozen base to give; " + dir +
+                             " holds the whole model");
   return std::make_unique<LoomCheckpointSource>(dir, man, std::move(base));
 }
 
-void export_peft_adapters(const std::string& path, const std::string& out) {
+void export_peft_adapters(const std::string& path, const std::string& out, const std::string& lora_base) {
   const std::string dir = resolve_checkpoint(path);
   if (std::string bad = verify_checkpoint(dir); !bad.empty())
     throw std::runtime_error(dir + ": the checkpoint does not verify: " + bad);
@@ -173,6 +195,9 @@ void export_peft_adapters(const std::string& path, const std::string& out) {
   std::error_code ec;
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
     throw std::runtime_error(out + ": already exists and is not an empty directory; Loom never writes over a model");
+  // A base given with --base is checked (the adapters' config names it); the recorded one is not
+  // needed to write the adapters.
+  if (!lora_base.empty()) open_lora_base(dir, man, lora_base);
   const LoomCheckpointSource src(dir, man, nullptr);
   // PEFT's names for GPT-2 (Conv1D layers, fan_in_fan_out): lora_A.weight [r, in], lora_B.weight
   // [out, r] beside each adapted module, under "base_model.model.".
@@ -199,7 +224,7 @@ void export_peft_adapters(const std::string& path, const std::string& out) {
   nlohmann::ordered_json cfg;
   cfg["peft_type"] = "LORA";
   cfg["task_type"] = "CAUSAL_LM";
-  cfg["base_model_name_or_path"] = man["model"].value("base", "");
+  cfg["base_model_name_or_path"] = lora_base.empty() ? man["model"].value("base", "") : fs::absolute(lora_base).string();
   cfg["r"] = lora.rank;
   cfg["lora_alpha"] = lora.alpha;
   cfg["lora_dropout"] = 0.0;

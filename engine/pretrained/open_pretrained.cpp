@@ -9,13 +9,16 @@
 namespace loom {
 namespace fs = std::filesystem;
 
-std::unique_ptr<PretrainedSource> open_pretrained(const std::string& path) {
+std::unique_ptr<PretrainedSource> open_pretrained(const std::string& path, const std::string& lora_base) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    if (fs::exists(fs::path(path) / "config.json") || fs::exists(fs::path(path) / "model.safetensors"))
-      return open_hf_gpt2(path);
-    return open_loom_checkpoint(path);  // a checkpoint, or a checkpoint.dir: it says what is missing
-  }
+  const bool hf = fs::is_directory(path, ec) &&
+                  (fs::exists(fs::path(path) / "config.json") || fs::exists(fs::path(path) / "model.safetensors"));
+  if (fs::is_directory(path, ec) && !hf)
+    return open_loom_checkpoint(path, lora_base);  // a checkpoint, or a checkpoint.dir: it says what is missing
+  if (!lora_base.empty())
+    throw std::runtime_error("--base " + lora_base + ": only a LoRA checkpoint has a frozen base to give; " + path +
+                             " is " + (hf ? "a Hugging Face model" : "not a Loom checkpoint"));
+  if (hf) return open_hf_gpt2(path);
   if (!fs::exists(path, ec))
     throw std::runtime_error(path + ": no such file or directory (expected a Hugging Face GPT-2 directory, an llm.c "
                              ".bin checkpoint or a Loom checkpoint)");

@@ -57,8 +57,11 @@ class PretrainedSource {
 std::string file_fingerprint(const std::string& path);
 
 // Opens `path` as one of the formats above. Throws std::runtime_error naming the path and what
-// was expected when it is none of them, or when its header or config is bad.
-std::unique_ptr<PretrainedSource> open_pretrained(const std::string& path);
+// was expected when it is none of them, or when its header or config is bad. `lora_base` (the
+// CLI's --base): a LoRA checkpoint's frozen base from there instead of its manifest's
+// model.base (a base that moved), checked against the fingerprint recorded; refused for any
+// other model.
+std::unique_ptr<PretrainedSource> open_pretrained(const std::string& path, const std::string& lora_base = "");
 
 // "" if `model` (a recipe's model section) can take `src`'s weights, else why not, naming the
 // recipe key and the source's value (n_layer, n_head, d_model, vocab_size equal; seq_len at most
@@ -67,10 +70,11 @@ std::string pretrained_mismatch(const ModelConfig& model, const PretrainedSource
 
 std::unique_ptr<PretrainedSource> open_hf_gpt2(const std::string& dir);
 std::unique_ptr<PretrainedSource> open_llmc(const std::string& file);
-std::unique_ptr<PretrainedSource> open_loom_checkpoint(const std::string& dir);
+std::unique_ptr<PretrainedSource> open_loom_checkpoint(const std::string& dir, const std::string& lora_base = "");
 
 // A LoRA checkpoint's adapters in PEFT's layout (adapter_model.safetensors + adapter_config.json
-// in `out`, which must not exist or be empty), for PeftModel.from_pretrained on the base model.
-void export_peft_adapters(const std::string& checkpoint, const std::string& out);
+// in `out`, which must not exist or be empty), for PeftModel.from_pretrained on the base model
+// (its model.base, or `lora_base`, checked as open_pretrained does).
+void export_peft_adapters(const std::string& checkpoint, const std::string& out, const std::string& lora_base = "");
 
 }  // namespace loom

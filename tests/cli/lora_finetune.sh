@@ -109,6 +109,26 @@ import re; assert m['base'] == '$WORK/base' and re.fullmatch(r'[0-9]+ bytes, CRC
   fail "the base's absolute path and fingerprint are not recorded"
 e3=$(cd / && "$LOOM" eval "$WORK/ck" --data "$SRC/data/fortunes" --batches 4 --seq-len 64 | grep -oE "loss [0-9.]+")
 [ "$e3" = "$e1" ] || fail "eval from another working directory gave $e3, not $e1"
+# A base that moved: eval says so and how to go on; --base gives its new place (checked against
+# the fingerprint), for eval, sample and the PEFT export (whose config then names it).
+mv "$WORK/base" "$WORK/moved"
+set +e
+"$LOOM" eval "$WORK/ck" --data data/fortunes --batches 4 --seq-len 64 > "$WORK/evalmoved.out" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] || { cat "$WORK/evalmoved.out"; fail "eval with its base moved away exited $rc, expected 2"; }
+grep -q "its frozen base cannot be opened (.*/base: no such file or directory.*); if it moved, give its new place with --base PATH" \
+  "$WORK/evalmoved.out" || { cat "$WORK/evalmoved.out"; fail "eval with its base moved away: no clear error"; }
+e4=$("$LOOM" eval "$WORK/ck" --base "$WORK/moved" --data data/fortunes --batches 4 --seq-len 64 | grep -oE "loss [0-9.]+")
+[ "$e4" = "$e1" ] || fail "eval --base at the moved base gave $e4, not $e1"
+"$LOOM" sample "$WORK/ck" --base "$WORK/moved" --prompt "The " --max-tokens 4 --seed 1 > /dev/null 2>&1 || fail "sample --base"
+"$LOOM" export "$WORK/ck" --base "$WORK/moved" --out "$WORK/peft2" --peft > /dev/null
+grep -q "\"base_model_name_or_path\": \"$WORK/moved\"" "$WORK/peft2/adapter_config.json" || fail "PEFT export --base: not named"
+set +e
+"$LOOM" eval "$WORK/merged" --base "$WORK/moved" --data data/fortunes --batches 1 > "$WORK/evalnotlora.out" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "only a LoRA checkpoint has a frozen base to give" "$WORK/evalnotlora.out" ||
+  { cat "$WORK/evalnotlora.out"; fail "--base with a model that is not a LoRA checkpoint: exit $rc"; }
+mv "$WORK/moved" "$WORK/base"
 cp -r "$WORK/base" "$WORK/base2"
 lora onbase2 1 10 --set model.init_from="$WORK/base2" --set checkpoint.dir="$WORK/ck3" --set checkpoint.every=5 \
   --set train.stop_at_step=5
@@ -124,6 +144,12 @@ set -e
 [ "$rc" = 2 ] || { cat "$WORK/evalb2.out"; fail "eval over an altered base exited $rc, expected 2"; }
 grep -q "its frozen base, model.base .*base2, holds other weights than the adapters were trained on" "$WORK/evalb2.out" ||
   { cat "$WORK/evalb2.out"; fail "eval over an altered base: no clear refusal"; }
+# --base does not get round the check: ck's base was base, not the altered base2.
+set +e
+"$LOOM" eval "$WORK/ck" --base "$WORK/base2" --data data/fortunes --batches 1 --seq-len 64 > "$WORK/evalb2b.out" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "its frozen base, --base .*base2, holds other weights than the adapters were trained on" "$WORK/evalb2b.out" ||
+  { cat "$WORK/evalb2b.out"; fail "eval --base at other weights: exit $rc, no clear refusal"; }
 resume_b2() {
   "$LOOM" train configs/tiny.yaml --set model.init_from="$WORK/base2" --set lora.rank=8 --set lora.alpha=16 \
     --set optim.weight_decay=0 --set train.steps=10 --set log.eval_every=0 --set log.dir="$WORK/onbase2" \
