@@ -9,8 +9,9 @@
 #   LAUNCHER    srun (default) or mpirun
 #   RUN_DIR     log.dir; checkpoints go to RUN_DIR/checkpoints (default runs/<job name>-<job id>,
 #               the same after a requeue, so the requeued job resumes and continues the run)
-#   TP          parallel.tp (default: the largest divisor of model.n_head that is at most the GPUs
-#               per node, so tensor parallelism stays inside a node's NVLink; 1 without GPUs)
+#   TP          parallel.tp (default: the recipe's own if above 1, else the largest number that
+#               divides both model.n_head and the GPUs per node, so tensor parallelism stays
+#               inside a node's NVLink; 1 without GPUs)
 #   REQUEUE     1 (default): requeue the job when loom stopped early with a checkpoint
 
 set -euo pipefail
@@ -57,17 +58,35 @@ loom_setup() {
   fi
 }
 
-# The largest divisor of model.n_head that is at most the GPUs per node.
+# parallel.tp when neither TP nor OVERRIDES sets it: the recipe's own when above 1, else the
+# largest number that divides both model.n_head and the GPUs per node (so each tensor-parallel
+# group is whole inside one node, and the world, whole nodes of GPUs, divides by it: 12 heads on
+# 8 GPUs give 4, 25 heads give 1).
 loom_default_tp() {
-  local gpus=${SLURM_GPUS_PER_NODE:-0} heads t
+  local gpus=${SLURM_GPUS_PER_NODE:-0} resolved heads tp t
   gpus=${gpus##*:}  # "a100:8" -> 8
   [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -ge 1 ] || { echo 1; return; }
+  # The recipe as loom reads it, for a world of the allocation's tasks (its own tp x pp must
+  # divide that; the global batch is left to fit, as it depends on the tp chosen here); where it
+  # cannot be read, 1, and loom train itself says what is wrong.
   # shellcheck disable=SC2086
-  heads=$("$LOOM" config "$RECIPE" ${OVERRIDES:-} | awk '/^model:/{m=1} m && /^  n_head:/{print $2; exit}')
+  resolved=$("$LOOM" config "$RECIPE" --world "$(loom_allocated_tasks_or "$gpus")" ${OVERRIDES:-} \
+    --set train.global_batch=auto 2> /dev/null) || { echo 1; return; }
+  heads=$(awk '/^model:/{m=1; next} /^[^ ]/{m=0} m && /^  n_head:/{print $2; exit}' <<< "$resolved")
+  tp=$(awk '/^parallel:/{p=1; next} /^[^ ]/{p=0} p && /^  tp:/{print $2; exit}' <<< "$resolved")
+  [[ "$heads" =~ ^[0-9]+$ && "$tp" =~ ^[0-9]+$ ]] || { echo 1; return; }
+  [ "$tp" -gt 1 ] && { echo "$tp"; return; }
   for ((t = gpus; t >= 1; t--)); do
-    if [ $((heads % t)) = 0 ]; then echo "$t"; return; fi
+    if [ $((heads % t)) = 0 ] && [ $((gpus % t)) = 0 ]; then echo "$t"; return; fi
   done
   echo 1
+}
+
+# The allocation's task count (loom_allocated_tasks), or $1 where Slurm does not say.
+loom_allocated_tasks_or() {
+  local n
+  n=$(loom_allocated_tasks)
+  echo "${n:-$1}"
 }
 
 # The tasks this allocation holds: the sum of SLURM_TASKS_PER_NODE ("8(x3),4" -> 28); empty
