@@ -39,7 +39,7 @@ std::vector<Field> make_fields() {
       {"train", "micro_batch", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(train, micro_batch), "sequences per rank per forward/backward (B)"},
       {"train", "global_batch", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(train, global_batch), "sequences per optimizer step over all ranks, or auto = micro_batch*dp; a multiple of micro_batch*dp (the rest is gradient accumulation)"},
       {"train", "steps", K::Int64, 1, kHuge, {}, LOOM_MEMBER(train, steps), "optimizer steps to train"},
-      {"train", "stop_at_step", K::Int64, 0, kHuge, {}, LOOM_MEMBER(train, stop_at_step), "end this run after this step (saving a checkpoint), to continue later with checkpoint.resume; 0: run to train.steps"},
+      {"train", "stop_at_step", K::Int64, 0, kHuge, {}, LOOM_MEMBER(train, stop_at_step), "end this run after this step (saving a checkpoint), to continue later with checkpoint.resume; without checkpoint.dir nothing is saved and the run exits 4; 0: run to train.steps"},
       {"train", "max_nonfinite_steps", K::Int, 1, kIntMax, {}, LOOM_MEMBER(train, max_nonfinite_steps), "a step whose loss or gradient norm is NaN/inf is skipped (no update); this many in a row stop the run with a checkpoint of the last good state and exit status 1"},
       {"train", "max_minutes", K::Float, 0, 1e7, {}, LOOM_MEMBER(train, max_minutes), "wall-clock budget of this session in minutes: when the next step and a checkpoint save would not fit, save and exit with status 75 (resumable); 0: no limit"},
       {"train", "seed", K::UInt64, 0, 1.8e19, {}, LOOM_MEMBER(train, seed), "seed of the initialisation and of data sampling"},

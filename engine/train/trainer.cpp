@@ -122,6 +122,11 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size()),
                       batch_.adaptive(), train_print, val_print};
   const LoaderState start = resume_position();
+  if (rank_ == 0 && r_.checkpoint.dir.empty() && r_.train.stop_at_step > resumed_.steps_done &&
+      r_.train.stop_at_step < r_.train.steps)
+    std::fprintf(stderr, "loom: warning: train.stop_at_step=%lld without checkpoint.dir: nothing is saved there, so "
+                 "running again starts over (exit status 4); set checkpoint.dir to continue later\n",
+                 (long long)r_.train.stop_at_step);
   // Said only now that nothing refuses it, then what changed since it was saved.
   if (rank_ == 0 && !resumed_.path.empty()) {
     std::printf("loom: %s\n", resumed_.loaded_line.c_str());
@@ -401,6 +406,11 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
   if (timed_steps > 0)
     summary.tokens_per_s = timed_samples_ * r_.model.seq_len / timed_s;
   parallel::Watchdog::stop();
+  // train.stop_at_step is a pause to continue from: without checkpoint.dir nothing of it is kept,
+  // and the run ends as a signal's would (exit status 4), not as done.
+  if (summary.stopped_early.empty() && r_.checkpoint.dir.empty() && r_.train.stop_at_step > 0 &&
+      summary.steps == r_.train.stop_at_step && summary.steps < r_.train.steps)
+    summary.stopped_early = "train.stop_at_step";
   summary.resumable = summary.resumable && !summary.stopped_early.empty();
   if (run_record_)
     run_record_->finish(summary.steps, exit_status(summary),

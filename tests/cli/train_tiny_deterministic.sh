@@ -9,9 +9,18 @@ corpus
 cd "$SRC"
 mpi -np 1 "$LOOM" train configs/tiny.yaml --set log.dir="$WORK/a" --set log.every=1 > "$WORK/a.out"
 # The second run stops after step 120 (train.stop_at_step: the same schedule) and must match
-# the first bit for bit over those steps, the validation at step 100 included.
+# the first bit for bit over those steps, the validation at step 100 included. Without
+# checkpoint.dir nothing is kept to continue from: it says so, first and last, and exits 4.
+set +e
 LOOM_PEAK_TFLOPS=0.5 mpi -np 1 "$LOOM" train configs/tiny.yaml --set log.dir="$WORK/b" --set log.every=1 \
-  --set train.stop_at_step=120 > "$WORK/b.out"
+  --set train.stop_at_step=120 > "$WORK/b.out" 2>&1
+rc=$?
+set -e
+[ "$rc" = 4 ] || { tail "$WORK/b.out"; fail "stop_at_step without checkpoint.dir: exit $rc, expected 4"; }
+grep -q "warning: train.stop_at_step=120 without checkpoint.dir: nothing is saved there" "$WORK/b.out" ||
+  fail "stop_at_step without checkpoint.dir: no warning at the start"
+grep -q "stopped at step 120 of 300 on train.stop_at_step; checkpoint.dir is not set, so nothing was saved" "$WORK/b.out" ||
+  fail "stop_at_step without checkpoint.dir: not said at the end"
 # A value that is not a rate is every rank's error, before the run directory is made.
 set +e
 LOOM_PEAK_TFLOPS=fast mpi -np 2 "$LOOM" train configs/tiny.yaml --set log.dir="$WORK/c" > "$WORK/c.out" 2>&1
