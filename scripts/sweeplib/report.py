@@ -99,9 +99,11 @@ def plot(path, out_dir, trials, metric, mode, title):
 
 
 def write_best_recipe(path, loom, spec, trial):
-    """`loom config` of the recipe with the sweep's overrides and the trial's hyperparameters."""
+    """`loom config` of the recipe with the sweep's overrides, its max_steps (every trial trained on
+    that schedule: the learning rate decays over train.steps) and the trial's hyperparameters."""
     argv = [loom, "config", spec["recipe"]]
-    for s in list(spec.get("sets", [])) + [f"{k}={v}" for k, v in sorted(trial["params"].items())]:
+    sets = list(spec.get("sets", [])) + [f"train.steps={spec['max_steps']}"]
+    for s in sets + [f"{k}={v}" for k, v in sorted(trial["params"].items())]:
         argv += ["--set", s]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:

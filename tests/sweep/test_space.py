@@ -56,5 +56,26 @@ class SpaceTest(unittest.TestCase):
             self.assertIn(text, str(e.exception))
 
 
+class SpecFileTest(unittest.TestCase):
+    def test_exponents_without_a_dot_are_numbers(self):
+        # PyYAML alone (YAML 1.1) reads 1e-4 as the string '1e-4'; Loom's recipes read a number.
+        import importlib.machinery
+        import importlib.util
+        import tempfile
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "sweep")
+        loader = importlib.machinery.SourceFileLoader("sweep_cli", path)
+        mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("sweep_cli", loader))
+        loader.exec_module(mod)
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            recipe = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "configs", "tiny.yaml"))
+            f.write(f"recipe: {recipe}\nmax_steps: 20\n" "scheduler: {kind: asha, min_steps: 10}\n"
+                    "space: {optim.lr: {loguniform: [1e-4, 1E-2]}, train.micro_batch: {choice: [4, 8]}}\n")
+        spec, _ = mod.load_spec(f.name)
+        os.unlink(f.name)
+        self.assertEqual(spec["space"]["optim.lr"], {"loguniform": [1e-4, 1e-2]})
+        self.assertEqual(spec["space"]["train.micro_batch"], {"choice": [4, 8]})
+        self.assertIsInstance(spec["max_steps"], int)
+
+
 if __name__ == "__main__":
     unittest.main()
