@@ -31,6 +31,23 @@
 
 namespace loom {
 
+namespace {
+// "trace" for log.dir's first traced session, then "trace_s2", "trace_s3", ...: the first name no
+// file of log.dir starts with (a later session in the same log.dir, which appends to its
+// metrics, never writes over an earlier session's traces, nor mixes its ranks with them).
+std::string free_trace_prefix(const std::string& log_dir) {
+  auto taken = [&](const std::string& prefix) {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(log_dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename().string().starts_with(prefix + "_rank")) return true;
+    return false;
+  };
+  if (!taken("trace")) return "trace";
+  for (int s = 2;; ++s)
+    if (!taken("trace_s" + std::to_string(s))) return "trace_s" + std::to_string(s);
+}
+}  // namespace
+
 int exit_status(const TrainSummary& s) {
   if (s.stopped_early.empty()) return 0;
   return s.resumable ? kExitResumable : kExitStoppedNothingSaved;
@@ -137,6 +154,9 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   LoaderLayout train_layout = layout_;  // layout_ keeps the recipe's accumulation (validation batches)
   train_layout.micro_steps = int(batch_.batch() / batch_.unit());
   train_data_ = std::make_unique<DataLoader>(std::move(train), train_layout, 2, start);
+  // Every rank's trace file name, chosen by rank 0 (collective, before rank 0's own work below).
+  if (r_.log.trace)
+    trace_prefix_ = parallel::broadcast_string(groups.world(), rank_ == 0 ? free_trace_prefix(r_.log.dir) : "");
   // What rank 0 alone writes may fail on rank 0 alone (the CLI makes every rank agree on that error).
   if (rank_ == 0) {
     const double tokens = double(r_.global_batch_resolved()) * m.seq_len;
@@ -421,11 +441,11 @@ void Trainer::write_trace() {
   trace_.set_enabled(false);
   std::filesystem::create_directories(r_.log.dir);
   const std::string path =
-      (std::filesystem::path(r_.log.dir) / ("trace_rank" + std::to_string(rank_) + ".json")).string();
+      (std::filesystem::path(r_.log.dir) / (trace_prefix_ + "_rank" + std::to_string(rank_) + ".json")).string();
   trace_.write(path);
   if (rank_ == 0)
-    std::printf("loom: wrote Chrome traces %s/trace_rank*.json (chrome://tracing, ui.perfetto.dev)\n",
-                r_.log.dir.c_str());
+    std::printf("loom: wrote Chrome traces %s/%s_rank*.json (chrome://tracing, ui.perfetto.dev)\n",
+                r_.log.dir.c_str(), trace_prefix_.c_str());
 }
 
 }  // namespace loom

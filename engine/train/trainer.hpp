@@ -135,6 +135,7 @@ class Trainer {
   std::unique_ptr<StepLogger> logger_;      // rank 0
   std::unique_ptr<RunRecord> run_record_;  // rank 0
   TraceRecorder trace_{0};
+  std::string trace_prefix_ = "trace";  // log.dir/<prefix>_rank<R>.json (free_trace_prefix)
   FaultInjection faults_;
   std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Checkpointer> checkpointer_;

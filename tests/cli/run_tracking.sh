@@ -9,8 +9,12 @@ export OMP_NUM_THREADS=2
 args=(--set train.steps=6 --set log.every=1 --set log.eval_every=0 --set checkpoint.every=3 --set checkpoint.dir="$WORK/ck"
       --set log.dir="$WORK/run" --set log.trace=true --set log.trace_steps=2)
 "$LOOM" train configs/tiny.yaml "${args[@]}" --set train.stop_at_step=3 > "$WORK/a.out"
+first_trace=$(sha256sum < "$WORK/run/trace_rank0.json")
 "$LOOM" train configs/tiny.yaml "${args[@]}" > "$WORK/b.out"
 grep -q "resumed from" "$WORK/b.out" || fail "the second session did not resume"
+# Each session's traces under their own name: the second never writes over the first's.
+[ "$(sha256sum < "$WORK/run/trace_rank0.json")" = "$first_trace" ] || fail "the second session changed trace_rank0.json"
+grep -q "wrote Chrome traces $WORK/run/trace_s2_rank\*.json" "$WORK/b.out" || fail "the second session's traces are not trace_s2_rank*.json"
 python3 - "$WORK/run" <<'PY'
 import json, os, struct, sys
 run = sys.argv[1]
@@ -49,10 +53,11 @@ second = max(steps.values(), key=lambda r: b"\x3a\x02\x08\x01" in r[1])
 assert second[1].endswith(b"\x10\x03\x3a\x02\x08\x01"), second[1]
 assert sum(b"loss/loss" in r for r in second) == 3
 # Chrome traces: the traced steps' phases.
-tr = json.load(open(f"{run}/trace_rank0.json"))
-names = {e["name"] for e in tr["traceEvents"]}
-for n in ("data", "forward", "backward", "optimizer", "gradient reduction wait"):
-    assert n in names, f"trace lacks {n}: {names}"
+for trace in ("trace_rank0.json", "trace_s2_rank0.json"):
+    tr = json.load(open(f"{run}/{trace}"))
+    names = {e["name"] for e in tr["traceEvents"]}
+    for n in ("data", "forward", "backward", "optimizer", "gradient reduction wait"):
+        assert n in names, f"{trace} lacks {n}: {names}"
 print("run directory: OK")
 PY
 
