@@ -202,7 +202,13 @@ std::vector<Setting> settings_from_file(const std::string& path) {
   if (fs::is_directory(path, ec)) throw ConfigError(path + ": is a directory, expected a YAML recipe file");
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    // One document: a second one (after `---`) would otherwise be dropped without a word.
+    const std::vector<YAML::Node> docs = YAML::LoadAllFromFile(path);
+    if (!docs.empty()) root = docs[0];
+    for (size_t i = 1; i < docs.size(); ++i)
+      if (!docs[i].IsNull())
+        fail(where_of(path, docs[i].Mark()), "a second YAML document (after '---'): a recipe is one document; "
+                                             "merge its sections into the first");
   } catch (const YAML::ParserException& e) {
     fail(where_of(path, e.mark), "YAML syntax error: " + e.msg);
   } catch (const YAML::BadFile&) {

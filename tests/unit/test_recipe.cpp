@@ -62,6 +62,9 @@ TEST_CASE("a good recipe loads, defaults fill the rest, and overrides apply in o
   CHECK(r.optim.beta2 == 0.95);  // default
   CHECK(r.origin.at("train.steps") == "--set train.steps=9");
   CHECK(r.origin.at("model.d_model") == p + ":4:3");
+  // Document markers around the one document are fine.
+  Recipe framed = load_recipe(write_recipe("framed.yaml", std::string("---\n") + kGood + "---\n"), {});
+  CHECK(framed.model.n_layer == 4);
 }
 
 TEST_CASE("an override value starting with a YAML indicator is the text itself, never empty") {
@@ -106,6 +109,8 @@ TEST_CASE("malformed recipes and overrides are rejected with their place and the
       {"unknown_section", "modle:\n  n_layer: 2\n", {}, 1,
        {":1:1:", "unknown section 'modle'", "did you mean 'model'?"}},
       {"key_at_top_level", "lr: 0.1\n", {}, 1, {"unknown section 'lr'", "did you mean 'optim.lr'?"}},
+      {"two_documents", g + "---\nmodel:\n  n_layer: 3\n", {}, 1,
+       {"two_documents.yaml:12:1:", "a second YAML document (after '---'): a recipe is one document"}},
       {"wrong_type_int", "model:\n  n_layer: four\n", {}, 1,
        {":2:3:", "model.n_layer: expected an integer, got 'four'"}},
       {"float_for_int", "model:\n  n_layer: 2.5\n", {}, 1, {"model.n_layer: expected an integer, got '2.5'"}},
