@@ -39,9 +39,10 @@ void Trainer::note_resize() {
     std::snprintf(batch, sizeof batch, "the global batch stays %lld", (long long)gb);
   else
     std::snprintf(batch, sizeof batch, "the global batch changes from %lld to %lld", (long long)gb_was, (long long)gb);
-  std::printf("loom: elastic resume: the checkpoint was saved by %d ranks (tp %d, pp %d, dp %d); this run has %d "
+  std::printf("loom: %s: the checkpoint was saved by %d ranks (tp %d, pp %d, dp %d); this run has %d "
               "(tp %d, pp %d, dp %d, %d micro-batches of %d per rank per step): %s\n",
-              world_was, was.tp, was.pp, was.dp, r_.world, p.tp, p.pp, p.dp, int(gb / batch_.unit()), r_.train.micro_batch,
+              world_was == r_.world ? "resume under another layout" : "elastic resume", world_was, was.tp, was.pp,
+              was.dp, r_.world, p.tp, p.pp, p.dp, int(gb / batch_.unit()), r_.train.micro_batch,
               batch);
   record_in_run_json("resized", {{"from", {{"world", world_was}, {"tp", was.tp}, {"pp", was.pp}, {"dp", was.dp},
                                            {"zero", was.zero}, {"global_batch", gb_was}}},

@@ -20,6 +20,11 @@ run same 8 --set parallel.tp=2 --set parallel.pp=2
 run tp1_pp4_dp2 8 --set parallel.pp=4
 run tp4_pp1_dp2 8 --set parallel.tp=4 --set parallel.zero=1
 run single 1
+# 8 ranks to 8 under another layout is said as such; 8 to 1 is an elastic resume.
+grep -q "loom: resume under another layout: the checkpoint was saved by 8 ranks (tp 2, pp 2, dp 2); this run has 8 (tp 1, pp 4, dp 2" \
+  "$WORK/tp1_pp4_dp2.out" || { cat "$WORK/tp1_pp4_dp2.out"; fail "tp1_pp4_dp2: not said as a resume under another layout"; }
+grep -q "loom: elastic resume: the checkpoint was saved by 8 ranks" "$WORK/single.out" || fail "single: not said as an elastic resume"
+grep -q "another layout\|elastic resume" "$WORK/same.out" && fail "same: a resume under the same layout said it changed"
 python3 - "$WORK" <<'PY'
 import json, sys
 work = sys.argv[1]
