@@ -17,11 +17,40 @@
 #include "engine/train/evaluation.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
 #include "engine/train/same_data.hpp"
+#include "engine/model/gpt_memory.hpp"
+#include "engine/model/param_table.hpp"
+#include "engine/util/memory_room.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
 
 namespace loom::cli {
+namespace {
+
+// The CPU backend's memory for evaluating: the parameters (and the gradient buffer the model
+// keeps), their host copy while loading, the activations of one --micro-batch and the batches'
+// token ids; "" when `ranks` of it fit `room`, else why not. (A micro-batch too large for the
+// node was killed by the kernel, with SIGKILL and no word.)
+std::string eval_memory_refusal(const GptShape& shape, int B, const Backend& be, size_t batch_bytes, int ranks,
+                                const MemoryRoom& room) {
+  if (!room.known()) return "";
+  const double mb = 1e6;
+  const double params = 3.0 * 4 * double(gpt_param_table(shape).total()) / mb;
+  const double acts = double(gpt_activation_bytes(shape, B, 1, shape.n_layer, true, 1,
+                                                  be.attention_saved_bytes(B, shape.seq_len, shape.n_head, DType::f32),
+                                                  4)
+                                 .total(1)) / mb;
+  const double need = ranks * (params + acts + double(batch_bytes) / mb);
+  if (need <= room.mb) return "";
+  char b[512];
+  std::snprintf(b, sizeof b, "out of memory before evaluating: %d rank(s) on this node need %.0f MB (per rank: "
+                "parameters, their gradient buffer and host copy %.0f MB, activations of --micro-batch %d x %d tokens "
+                "%.0f MB, the batches' token ids %.0f MB); ", ranks, need, params, B, shape.seq_len, acts,
+                double(batch_bytes) / mb);
+  return b + room.where + "; lower --micro-batch (sequences per forward: the loss does not depend on it)";
+}
+
+}  // namespace
 
 int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   parallel::MpiWorld world(argc, argv);
@@ -64,12 +93,21 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
         if (!differs.empty()) throw std::runtime_error(differs);
       }))
     return 2;
+  // What this node may still take, read by every rank before any allocates.
+  const MemoryRoom room = a.backend == "cpu" ? memory_room() : MemoryRoom{};
   if (!agreed_step(world, "eval", [&] {
+        device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
+        backend = make_backend(a.backend, device, "--backend");
+        // Memory before anything large: the batches alone hold --micro-batch x --batches sequences.
+        const ModelConfig& m = src->model();
+        const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
+        const size_t batch_bytes = size_t(a.batches / dp) * size_t(a.micro_batch) * size_t(T) * 2 * sizeof(int32_t);
+        if (std::string no = eval_memory_refusal(shape, a.micro_batch, *backend, batch_bytes, groups->local_size(), room);
+            !no.empty())
+          throw std::runtime_error(no);
         // Rank r takes batches r, r + dp, ...: validation_batches deals them out by dp rank.
         const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};
         batches = validation_batches(data, layout, a.batches / dp);
-        device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
-        backend = make_backend(a.backend, device, "--backend");
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {

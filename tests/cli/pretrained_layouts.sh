@@ -57,6 +57,13 @@ for f in ("eval1.out", "eval2.out"):
     got = float(re.search(r"loss ([0-9.]+) nats", open(f"{w}/{f}").read()).group(1))
     assert abs(got - val) <= 2e-6 * val, f"{f}: loom eval {got} vs the run's val_loss {val}"
 PY
+# A --micro-batch past this node's memory is refused before anything large is allocated (it was
+# killed by the kernel, SIGKILL and no word); 10^6 sequences of 64 tokens need about 1.5 TB.
+set +e
+"$LOOM" eval "$WORK/ck" --data data/fortunes --batches 1 --micro-batch 1000000 > "$WORK/evalbig.out" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "out of memory before evaluating: 1 rank(s) on this node need .*activations of --micro-batch 1000000 x 64 tokens .*lower --micro-batch" \
+  "$WORK/evalbig.out" || { cat "$WORK/evalbig.out"; fail "eval --micro-batch 1000000: exit $rc, no memory refusal"; }
 
 # Export the trained checkpoint; the numpy reader reproduces Loom's logits from it.
 "$LOOM" export "$WORK/ck" --out "$WORK/exported" > /dev/null
