@@ -63,21 +63,23 @@ loom_setup() {
 # group is whole inside one node, and the world, whole nodes of GPUs, divides by it: 12 heads on
 # 8 GPUs give 4, 25 heads give 1).
 loom_default_tp() {
-  local gpus=${SLURM_GPUS_PER_NODE:-0} resolved heads tp t
+  local gpus=${SLURM_GPUS_PER_NODE:-0} resolved heads tp t world
   gpus=${gpus##*:}  # "a100:8" -> 8
   [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -ge 1 ] || { echo 1; return; }
   # The recipe as loom reads it, for a world of the allocation's tasks (its own tp x pp must
   # divide that; the global batch is left to fit, as it depends on the tp chosen here); where it
   # cannot be read, 1, and loom train itself says what is wrong.
   # shellcheck disable=SC2086
-  resolved=$("$LOOM" config "$RECIPE" --world "$(loom_allocated_tasks_or "$gpus")" ${OVERRIDES:-} \
+  world=$(loom_allocated_tasks_or "$gpus")
+  resolved=$("$LOOM" config "$RECIPE" --world "$world" ${OVERRIDES:-} \
     --set train.global_batch=auto 2> /dev/null) || { echo 1; return; }
   heads=$(awk '/^model:/{m=1; next} /^[^ ]/{m=0} m && /^  n_head:/{print $2; exit}' <<< "$resolved")
   tp=$(awk '/^parallel:/{p=1; next} /^[^ ]/{p=0} p && /^  tp:/{print $2; exit}' <<< "$resolved")
   [[ "$heads" =~ ^[0-9]+$ && "$tp" =~ ^[0-9]+$ ]] || { echo 1; return; }
   [ "$tp" -gt 1 ] && { echo "$tp"; return; }
   for ((t = gpus; t >= 1; t--)); do
-    if [ $((heads % t)) = 0 ] && [ $((gpus % t)) = 0 ]; then echo "$t"; return; fi
+    # (and the world's: nodes given unequal task counts, "8,4", are not whole nodes of GPUs)
+    if [ $((heads % t)) = 0 ] && [ $((gpus % t)) = 0 ] && [ $((world % t)) = 0 ]; then echo "$t"; return; fi
   done
   echo 1
 }

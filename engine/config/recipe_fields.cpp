@@ -82,7 +82,7 @@ std::vector<Field> make_fields() {
       {"log", "eval_every", K::Int64, 0, kHuge, {}, LOOM_MEMBER(log, eval_every), "compute val_loss on data.val every N steps and at the end (0: never)"},
       {"log", "eval_batches", K::Int, 1, 1 << 20, {}, LOOM_MEMBER(log, eval_batches), "global batches of data.val per evaluation (the same ones each time)"},
       {"log", "tensorboard", K::Bool, 0, 0, {}, LOOM_MEMBER(log, tensorboard), "write TensorBoard event files (events.out.tfevents.*) to log.dir"},
-      {"log", "trace", K::Bool, 0, 0, {}, LOOM_MEMBER(log, trace), "write a Chrome trace (log.dir/trace_rank<R>.json, for chrome://tracing or Perfetto) of the phases of log.trace_steps steps"},
+      {"log", "trace", K::Bool, 0, 0, {}, LOOM_MEMBER(log, trace), "write a Chrome trace (log.dir/trace_rank<R>.json; trace_s<N>_rank<R>.json, the next free N, when log.dir holds one already; for chrome://tracing or Perfetto) of the phases of log.trace_steps steps"},
       {"log", "trace_steps", K::Int64, 1, 1000, {}, LOOM_MEMBER(log, trace_steps), "steps traced with log.trace, from the second step of the run (the first warms up)"},
       {"log", "noise_scale", K::Bool, 0, 0, {}, LOOM_MEMBER(log, noise_scale), "measure the gradient noise scale B_simple (McCandlish et al. 2018) from the dp ranks' own gradient norms, or a single rank's first micro-batch, and log it (b_simple, grad_norm_small); not under ZeRO 2/3 with pipeline stages"},
       {"log", "noise_ema", K::Float, 0, 0.9999, {}, LOOM_MEMBER(log, noise_ema), "decay per step of the noise scale's moving averages of |G|^2 and tr(S)"},

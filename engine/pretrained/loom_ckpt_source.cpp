@@ -56,8 +56,8 @@ std::unique_ptr<PretrainedSource> open_lora_base(const std::string& dir, const n
     src = open_pretrained(base);
   } catch (const std::exception& e) {
     throw std::runtime_error(dir + ": its frozen base cannot be opened (" + e.what() + ")" +
-                             (given.empty() ? "; if it moved, give its new place with --base PATH (checked against "
-                                              "the fingerprint the checkpoint recorded)"
+                             (given.empty() ? "; if it moved, loom eval, sample and export take its new place with "
+                                              "--base PATH (checked against the fingerprint the checkpoint recorded)"
                                             : ""));
   }
   // The base the adapters were trained on, or refused: other weights under the same path (a
@@ -224,7 +224,7 @@ void export_peft_adapters(const std::string& path, const std::string& out, const
   nlohmann::ordered_json cfg;
   cfg["peft_type"] = "LORA";
   cfg["task_type"] = "CAUSAL_LM";
-  cfg["base_model_name_or_path"] = lora_base.empty() ? man["model"].value("base", "") : fs::absolute(lora_base).string();
+  cfg["base_model_name_or_path"] = lora_base.empty() ? man["model"].value("base", "") : fs::absolute(lora_base).lexically_normal().string();
   cfg["r"] = lora.rank;
   cfg["lora_alpha"] = lora.alpha;
   cfg["lora_dropout"] = 0.0;

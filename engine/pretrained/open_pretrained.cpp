@@ -15,13 +15,13 @@ std::unique_ptr<PretrainedSource> open_pretrained(const std::string& path, const
                   (fs::exists(fs::path(path) / "config.json") || fs::exists(fs::path(path) / "model.safetensors"));
   if (fs::is_directory(path, ec) && !hf)
     return open_loom_checkpoint(path, lora_base);  // a checkpoint, or a checkpoint.dir: it says what is missing
-  if (!lora_base.empty())
-    throw std::runtime_error("--base " + lora_base + ": only a LoRA checkpoint has a frozen base to give; " + path +
-                             " is " + (hf ? "a Hugging Face model" : "not a Loom checkpoint"));
-  if (hf) return open_hf_gpt2(path);
-  if (!fs::exists(path, ec))
+  if (!hf && !fs::exists(path, ec))
     throw std::runtime_error(path + ": no such file or directory (expected a Hugging Face GPT-2 directory, an llm.c "
                              ".bin checkpoint or a Loom checkpoint)");
+  if (!lora_base.empty())
+    throw std::runtime_error("--base " + lora_base + ": only a LoRA checkpoint has a frozen base to give; " + path +
+                             " is " + (hf ? "a Hugging Face model" : "a file, not a Loom checkpoint"));
+  if (hf) return open_hf_gpt2(path);
   std::ifstream in(path, std::ios::binary);
   int32_t magic = 0;
   if (!in.read(reinterpret_cast<char*>(&magic), sizeof magic) || magic != 20240326)

@@ -429,7 +429,7 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
   // train.stop_at_step is a pause to continue from: without checkpoint.dir nothing of it is kept,
   // and the run ends as a signal's would (exit status 4), not as done.
   if (summary.stopped_early.empty() && r_.checkpoint.dir.empty() && r_.train.stop_at_step > 0 &&
-      summary.steps == r_.train.stop_at_step && summary.steps < r_.train.steps)
+      summary.steps == r_.train.stop_at_step && summary.steps < r_.train.steps && summary.steps > summary.start_step)
     summary.stopped_early = "train.stop_at_step";
   summary.resumable = summary.resumable && !summary.stopped_early.empty();
   if (run_record_)

@@ -112,6 +112,25 @@ def link_tree(src, dst):
     os.replace(tmp, dst)
 
 
+def numbers_read(x):
+    """x with every string that is a YAML 1.2 number made that number: a sweep started before the
+    spec was read as YAML 1.2 recorded 1e-4 as the string '1e-4', and is still the same sweep."""
+    if isinstance(x, dict):
+        return {k: numbers_read(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [numbers_read(v) for v in x]
+    if isinstance(x, str):
+        try:
+            return float(x) if x.strip() == x and x.lower() not in ("nan", "inf", "-inf", "+inf", "infinity") else x
+        except ValueError:
+            return x
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, int):
+        return float(x)
+    return x
+
+
 def is_copy_of(dst, src):
     """Whether checkpoint directory dst was copied from src: the same manifest, which holds the
     CRC-32C of every tensor (a hard link or a byte-for-byte copy of it)."""
@@ -136,7 +155,7 @@ class Controller:
         if os.path.exists(path):
             with open(path) as f:
                 st = json.load(f)
-            if st["spec"] != json.loads(json.dumps(ident)):
+            if numbers_read(st["spec"]) != numbers_read(json.loads(json.dumps(ident))):
                 raise SystemExit(f"sweep: {path} belongs to another sweep (its spec differs); use another --out")
             self.trials = st["trials"]
             self.sched = schedulers.make(spec["scheduler"], spec["max_steps"], spec["mode"], spec["space"],

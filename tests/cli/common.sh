@@ -1,7 +1,9 @@
 # Shared by the end-to-end test scripts: arguments, mpirun for root in a container, helpers.
 set -euo pipefail
 # A command that ends the script through set -e says which, instead of a silent exit status.
-# (ERR also fires under set +e, where a test looks at the status itself: only with -e on.)
+# (ERR also fires under set +e, where a test looks at the status itself: only with -e on;
+# errtrace: inside functions too, where most of the tests' commands run.)
+set -o errtrace
 trap 'err_rc=$?; [[ $- != *e* ]] || echo "FAIL: ${BASH_SOURCE[0]:-$0}:$LINENO: \"$BASH_COMMAND\" exited $err_rc" >&2' ERR
 LOOM=$1
 SRC=$2

@@ -116,7 +116,7 @@ set +e
 "$LOOM" eval "$WORK/ck" --data data/fortunes --batches 4 --seq-len 64 > "$WORK/evalmoved.out" 2>&1; rc=$?
 set -e
 [ "$rc" = 2 ] || { cat "$WORK/evalmoved.out"; fail "eval with its base moved away exited $rc, expected 2"; }
-grep -q "its frozen base cannot be opened (.*/base: no such file or directory.*); if it moved, give its new place with --base PATH" \
+grep -q "its frozen base cannot be opened (.*/base: no such file or directory.*); if it moved, loom eval, sample and export take its new place with --base PATH" \
   "$WORK/evalmoved.out" || { cat "$WORK/evalmoved.out"; fail "eval with its base moved away: no clear error"; }
 e4=$("$LOOM" eval "$WORK/ck" --base "$WORK/moved" --data data/fortunes --batches 4 --seq-len 64 | grep -oE "loss [0-9.]+")
 [ "$e4" = "$e1" ] || fail "eval --base at the moved base gave $e4, not $e1"

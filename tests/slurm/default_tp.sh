@@ -20,6 +20,12 @@ check configs/gpt2-350m.yaml 8 8    # 16 heads
 check configs/gpt2-774m.yaml 8 4    # the recipe's own tp 4 (20 heads)
 check configs/gpt2-1558m.yaml 8 1   # 25 heads; the recipe's pp 2
 check configs/gpt2-1558m.yaml 4 1
+# Nodes given unequal task counts (8 and 4: a world of 12): a tp the world divides too.
+got=$(SLURM_GPUS_PER_NODE=8 SLURM_TASKS_PER_NODE="8,4" LOOM=$LOOM RECIPE=configs/gpt2-350m.yaml \
+      bash -c 'source slurm/loom_job.sh; loom_default_tp')
+[ "$got" = 4 ] || fail "gpt2-350m over 8 + 4 tasks: tp $got, expected 4"
+"$LOOM" config configs/gpt2-350m.yaml --world 12 --set parallel.tp="$got" --set train.global_batch=auto > /dev/null ||
+  fail "gpt2-350m over 8 + 4 tasks: loom refuses the default tp $got"
 # Without GPUs, 1; a GPU count written as type:count is read.
 [ "$(SLURM_GPUS_PER_NODE= LOOM=$LOOM RECIPE=configs/gpt2-124m.yaml bash -c 'source slurm/loom_job.sh; loom_default_tp')" = 1 ] ||
   fail "no GPUs: tp is not 1"

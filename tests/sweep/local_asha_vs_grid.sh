@@ -41,7 +41,8 @@ check_no_step_trained_twice "$WORK/asha"
 for f in results.tsv curves.png best_recipe.yaml; do [ -s "$WORK/asha/$f" ] || fail "no $f"; done
 "$LOOM" config "$WORK/asha/best_recipe.yaml" > "$WORK/best.txt" || fail "loom config cannot read best_recipe.yaml"
 # The trials' schedule: train.steps is the sweep's max_steps (180), not the recipe's 300.
-grep -qx "  steps: 180" "$WORK/best.txt" || fail "best_recipe.yaml: train.steps is not the sweep's max_steps: $(grep '^  steps:' "$WORK/best.txt")"
+best_steps=$(awk '/^train:/{t=1; next} /^[^ ]/{t=0} t && /^  steps:/{print $2; exit}' "$WORK/best.txt")
+[ "$best_steps" = 180 ] || fail "best_recipe.yaml: train.steps is $best_steps, not the sweep's max_steps 180"
 /usr/bin/python3 - "$WORK" "$t0" "$t1" "$t2" <<'PY'
 import json, sys
 w, t0, t1, t2 = sys.argv[1], *map(float, sys.argv[2:])

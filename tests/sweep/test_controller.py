@@ -187,6 +187,14 @@ class ControllerTest(unittest.TestCase):
         self.assertEqual(c.trials[2]["ckpt"], "ckpt_g10")
         self.assertEqual(os.listdir(f"{self.dir}/trial_2/ckpt_g10"), ["step_00000010"])
 
+    def test_spec_recorded_with_numbers_as_strings_is_the_same_sweep(self):
+        # Before the spec was read as YAML 1.2, 1e-4 was recorded as the string '1e-4'.
+        old = spec("asha", ["1e-4", "1e-3"], 30, min_steps=10)
+        Controller(self.dir, old, FakeLoom(), log=lambda *_: None)
+        Controller(self.dir, spec("asha", [1e-4, 1e-3], 30, min_steps=10), FakeLoom(), log=lambda *_: None)
+        with self.assertRaises(SystemExit):  # another sweep still is
+            Controller(self.dir, spec("asha", [1e-4, 2e-3], 30, min_steps=10), FakeLoom(), log=lambda *_: None)
+
     def test_restart_reruns_interrupted_and_keeps_finished(self):
         s = spec("asha", LRS, 90, min_steps=10, eta=3)
         ex = FakeLoom(parallel=2)
