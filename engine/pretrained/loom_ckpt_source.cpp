@@ -92,10 +92,7 @@ class LoomCheckpointSource final : public PretrainedSource {
         base_(std::move(base)),
         lora_(lora_from_manifest_model(man["model"])) {
     const nlohmann::json& file = man.at("files").at(0);
-    char b[96];
-    std::snprintf(b, sizeof b, "%llu bytes, CRC-32C %08x", (unsigned long long)file.at("bytes").get<uint64_t>(),
-                  file.at("crc32c").get<uint32_t>());
-    fingerprint_ = b;
+    fingerprint_ = fingerprint_text(file.at("bytes").get<uint64_t>(), file.at("crc32c").get<uint32_t>());
     for (const auto& d : man.at("files").at(0).at("datasets")) {
       const std::string name = d.at("name").get<std::string>();
       if (name.rfind(kCheckpointGroups[0], 0) == 0) held_.insert(name.substr(std::string(kCheckpointGroups[0]).size()));

@@ -8,11 +8,15 @@
 
 namespace loom {
 
+std::string fingerprint_text(uint64_t bytes, uint32_t crc32c) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%llu bytes, CRC-32C %08x", (unsigned long long)bytes, crc32c);
+  return b;
+}
+
 std::string file_fingerprint(const std::string& path) {
   const MappedFile f(path);  // token_shard.hpp's checksum: all threads, pages given back as read
-  char b[64];
-  std::snprintf(b, sizeof b, "%llu bytes, CRC-32C %08x", (unsigned long long)f.size(), file_crc32c(f));
-  return b;
+  return fingerprint_text(f.size(), file_crc32c(f));
 }
 
 namespace {

@@ -10,6 +10,7 @@
 //   a file starting with llm.c's magic 20240326        llm.c gpt2_*.bin, v3 fp32 / v5 bf16
 //   a Loom checkpoint (a directory with manifest.json  its params/ datasets (loom_ckpt_source.cpp)
 //     and model.h5), or a checkpoint.dir (its newest)
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,7 +54,9 @@ class PretrainedSource {
   ModelConfig model_;
 };
 
-// The fingerprint of a whole file's bytes: "N bytes, CRC-32C XXXXXXXX".
+// A fingerprint's text, "N bytes, CRC-32C XXXXXXXX"; file_fingerprint: that of a whole file's
+// bytes, read.
+std::string fingerprint_text(uint64_t bytes, uint32_t crc32c);
 std::string file_fingerprint(const std::string& path);
 
 // Opens `path` as one of the formats above. Throws std::runtime_error naming the path and what

@@ -18,10 +18,10 @@
 #include "engine/train/cpu_threads.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/memory_check.hpp"
-#include "engine/util/memory_room.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/util/job_error.hpp"
+#include "engine/util/memory_room.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/host_collectives.hpp"
 #include "parallel/launcher_env.hpp"
@@ -30,23 +30,6 @@
 #include "parallel/watchdog.hpp"
 
 namespace loom {
-
-namespace {
-// "trace" for log.dir's first traced session, then "trace_s2", "trace_s3", ...: the first name no
-// file of log.dir starts with (a later session in the same log.dir, which appends to its
-// metrics, never writes over an earlier session's traces, nor mixes its ranks with them).
-std::string free_trace_prefix(const std::string& log_dir) {
-  auto taken = [&](const std::string& prefix) {
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(log_dir, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().filename().string().starts_with(prefix + "_rank")) return true;
-    return false;
-  };
-  if (!taken("trace")) return "trace";
-  for (int s = 2;; ++s)
-    if (!taken("trace_s" + std::to_string(s))) return "trace_s" + std::to_string(s);
-}
-}  // namespace
 
 int exit_status(const TrainSummary& s) {
   if (s.stopped_early.empty()) return 0;
@@ -144,19 +127,12 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     std::fprintf(stderr, "loom: warning: train.stop_at_step=%lld without checkpoint.dir: nothing is saved there, so "
                  "running again starts over (exit status 4); set checkpoint.dir to continue later\n",
                  (long long)r_.train.stop_at_step);
-  // Said only now that nothing refuses it, then what changed since it was saved.
-  if (rank_ == 0 && !resumed_.path.empty()) {
-    std::printf("loom: %s\n", resumed_.loaded_line.c_str());
-    if (!batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
-    for (const std::string& n : resume_notes_) std::printf("loom: resuming: %s\n", n.c_str());
-    std::fflush(stdout);
-  }
+  announce_resume(batch_note);
   LoaderLayout train_layout = layout_;  // layout_ keeps the recipe's accumulation (validation batches)
   train_layout.micro_steps = int(batch_.batch() / batch_.unit());
   train_data_ = std::make_unique<DataLoader>(std::move(train), train_layout, 2, start);
-  // Every rank's trace file name, chosen by rank 0 (collective, before rank 0's own work below).
-  if (r_.log.trace)
-    trace_prefix_ = parallel::broadcast_string(groups.world(), rank_ == 0 ? free_trace_prefix(r_.log.dir) : "");
+  // Collective: before rank 0's own work below.
+  if (r_.log.trace) trace_prefix_ = agreed_trace_prefix();
   // What rank 0 alone writes may fail on rank 0 alone (the CLI makes every rank agree on that error).
   if (rank_ == 0) {
     const double tokens = double(r_.global_batch_resolved()) * m.seq_len;
@@ -435,17 +411,6 @@ void Trainer::finish_run(TrainSummary& summary, double timed_s) {
   if (run_record_)
     run_record_->finish(summary.steps, exit_status(summary),
                         summary.stopped_early.empty() ? "" : "stopped early: " + summary.stopped_early);
-}
-
-void Trainer::write_trace() {
-  trace_.set_enabled(false);
-  std::filesystem::create_directories(r_.log.dir);
-  const std::string path =
-      (std::filesystem::path(r_.log.dir) / (trace_prefix_ + "_rank" + std::to_string(rank_) + ".json")).string();
-  trace_.write(path);
-  if (rank_ == 0)
-    std::printf("loom: wrote Chrome traces %s/%s_rank*.json (chrome://tracing, ui.perfetto.dev)\n",
-                r_.log.dir.c_str(), trace_prefix_.c_str());
 }
 
 }  // namespace loom

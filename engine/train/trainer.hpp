@@ -81,6 +81,8 @@ class Trainer {
   // batches made; then, once resumed_ and data_now_ are set, where the stream starts.
   TokenDataset open_data(DataFingerprint* train_print, DataFingerprint* val_print);
   LoaderState resume_position();
+  // Rank 0: "resumed from ..." and what changed (`batch_note`, resume_notes_), once accepted.
+  void announce_resume(const std::string& batch_note) const;
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
   void note_resize();  // rank 0: says and records an elastic resume (another process grid)
   // Collective. LoRA: refuses a resume whose model.init_from now gives other weights than the
@@ -98,6 +100,8 @@ class Trainer {
   [[noreturn]] void fail_non_finite(int64_t done, const RunGuard& guard);
   void finish_run(TrainSummary& summary, double timed_s);
   void print_header() const;
+  // trainer_trace.cpp: this session's trace name, chosen by rank 0 (collective), and the writing.
+  std::string agreed_trace_prefix();
   void write_trace();
   void record_in_run_json(const std::string& key, nlohmann::json value);  // rank 0
   // log.trace records steps [resumed + 1, trace_end()) of the session (the first warms up).
@@ -135,7 +139,7 @@ class Trainer {
   std::unique_ptr<StepLogger> logger_;      // rank 0
   std::unique_ptr<RunRecord> run_record_;  // rank 0
   TraceRecorder trace_{0};
-  std::string trace_prefix_ = "trace";  // log.dir/<prefix>_rank<R>.json (free_trace_prefix)
+  std::string trace_prefix_ = "trace";  // log.dir/<prefix>_rank<R>.json (agreed_trace_prefix)
   FaultInjection faults_;
   std::chrono::steady_clock::time_point started_;
   std::unique_ptr<Checkpointer> checkpointer_;

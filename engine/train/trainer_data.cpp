@@ -58,6 +58,15 @@ void Trainer::check_lora_base() {
   });
 }
 
+void Trainer::announce_resume(const std::string& batch_note) const {
+  // Said only once nothing refuses the checkpoint, then what changed since it was saved.
+  if (rank_ != 0 || resumed_.path.empty()) return;
+  std::printf("loom: %s\n", resumed_.loaded_line.c_str());
+  if (!batch_note.empty()) std::printf("loom: resuming: %s\n", batch_note.c_str());
+  for (const std::string& n : resume_notes_) std::printf("loom: resuming: %s\n", n.c_str());
+  std::fflush(stdout);
+}
+
 LoaderState Trainer::resume_position() {
   if (resumed_.path.empty()) return {};
   const LoaderState start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &resume_notes_);
