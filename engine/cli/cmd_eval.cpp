@@ -16,6 +16,7 @@
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/param_table.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
+#include "engine/train/cpu_threads.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
 #include "engine/train/same_data.hpp"
@@ -96,6 +97,12 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   // What this node may still take, read by every rank before the collective below, so before any
   // allocates the batches or the model.
   const MemoryRoom room = a.backend == "cpu" ? memory_room() : MemoryRoom{};
+  // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says (collective).
+  std::string threads_note;
+  if (a.backend == "cpu" &&
+      !agreed_step(world, "eval", [&] { threads_note = settle_cpu_threads(groups->world()).note; }))
+    return 2;
+  if (lead && !threads_note.empty()) std::fprintf(stderr, "%s\n", threads_note.c_str());
   // Every rank must evaluate the same tokens (same_data.hpp). Collective, then agreed.
   const std::string differs = data_differs_from_rank0(groups->world(), "--data=" + a.data, print, "evaluation data");
   if (!agreed_step(world, "eval", [&] {

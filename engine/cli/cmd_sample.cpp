@@ -22,6 +22,7 @@
 #include "engine/generate/token_sampler.hpp"
 #include "engine/model/gpt_decoder.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
+#include "engine/train/cpu_threads.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
 #include "kernels/backend_factory.hpp"
 #include "parallel/mpi_world.hpp"
@@ -128,6 +129,12 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
         groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{tp, 1, 1});
       }))
     return 2;
+  // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says (collective).
+  std::string threads_note;
+  if (a.backend == "cpu" &&
+      !agreed_step(world, "sample", [&] { threads_note = settle_cpu_threads(groups->world()).note; }))
+    return 2;
+  if (lead && !threads_note.empty()) std::fprintf(stderr, "%s\n", threads_note.c_str());
   if (!agreed_step(world, "sample", [&] {
         device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
         backend = make_backend(a.backend, device, "--backend");

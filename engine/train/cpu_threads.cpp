@@ -1,11 +1,16 @@
 #include "engine/train/cpu_threads.hpp"
 
+#include <omp.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+
+#include "parallel/host_collectives.hpp"
 
 namespace loom {
 namespace {
@@ -51,13 +56,40 @@ std::string cpu_oversubscription_note(const CpuThreads& t) {
       << "binds 1-2 ranks to a core each unless given --bind-to none)";
   }
   s << ". Threads beyond the cores make training several times slower (OpenMP and MPI wait by spinning): ";
-  const int fit = std::min(t.cores_on_node / t.ranks_on_node, t.cores_of_rank);
+  const int fit = std::min(t.cores_on_node / t.ranks_on_node, t.cores_of_rank);  // 0: more ranks than cores
   if (fit >= 1 && fit < t.threads_per_rank)
     s << "set OMP_NUM_THREADS=" << fit << " (the cores each rank gets; the Slurm templates set it from "
       << "--cpus-per-task)";
   else
     s << "more ranks than cores on " << t.host << ", run at most " << t.cores_on_node << " there";
   return s.str();
+}
+
+int fitting_threads(const CpuThreads& t) {
+  if (t.ranks_on_node < 1 || t.cores_on_node < 1 || t.cores_of_rank < 1) return 0;
+  return std::max(1, std::min(t.cores_on_node / t.ranks_on_node, t.cores_of_rank));
+}
+
+ThreadChoice choose_cpu_threads(const std::vector<std::string>& lines, int rank, int threads_now,
+                                const char* omp_num_threads_env) {
+  CpuThreads t = cpu_threads_of(lines, rank, threads_now);
+  ThreadChoice c;
+  const int fit = fitting_threads(t);
+  if ((omp_num_threads_env && *omp_num_threads_env) || fit < 1 || fit >= threads_now) {
+    c.note = cpu_oversubscription_note(t);
+    return c;
+  }
+  c.threads = fit;
+  t.threads_per_rank = fit;
+  const bool one = t.ranks_on_node == 1;
+  c.note = "loom: note: OMP_NUM_THREADS is not set: " + count(fit, "OpenMP thread", "OpenMP threads") +
+           (one ? "" : " per rank") + ", not OpenMP's default " + std::to_string(threads_now) + " (" +
+           (one ? "the " + count(t.cores_on_node, "core", "cores") + " rank 0's CPU affinity allows"
+                : count(t.ranks_on_node, "rank", "ranks") + " share the " + count(t.cores_on_node, "core", "cores") +
+                      " on " + t.host) +
+           "; threads beyond the cores wait by spinning). Set OMP_NUM_THREADS to choose";
+  if (std::string over = cpu_oversubscription_note(t); !over.empty()) c.note += "\n" + over;
+  return c;
 }
 
 std::string cpu_affinity_line(const std::string& host) {
@@ -92,6 +124,15 @@ CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int t
   }
   t.cores_on_node = known ? int(node.size()) : 0;
   return t;
+}
+
+ThreadChoice settle_cpu_threads(parallel::MpiCommunicator& world) {
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);  // as gather_hostnames (rank_reports.cpp) names it
+  const std::vector<std::string> lines = parallel::all_gather_strings(world, cpu_affinity_line(host));
+  const ThreadChoice c = choose_cpu_threads(lines, world.rank(), omp_get_max_threads(), std::getenv("OMP_NUM_THREADS"));
+  if (c.threads > 0) omp_set_num_threads(c.threads);
+  return c;
 }
 
 }  // namespace loom

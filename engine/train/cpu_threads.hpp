@@ -3,9 +3,10 @@
 // are not a little slower but several times slower: OpenMP's barriers and Open MPI's progress loop
 // both wait by spinning, so a waiting thread holds a core another one needs. Measured on a 2-core
 // machine: 2 ranks of the tiny recipe with 2 OpenMP threads each took 17 s for what 1 thread each
-// did in 2.5 s. torchrun sets OMP_NUM_THREADS=1 for every process for this reason; Loom leaves the
-// thread count to the user (it changes a CPU run's last bits: another split of the matmuls' sums)
-// and says at start when the launch oversubscribes the cores.
+// did in 2.5 s. torchrun sets OMP_NUM_THREADS=1 for every process for this reason. Loom keeps a
+// thread count the user set (OMP_NUM_THREADS: it changes a CPU run's last bits, another split of
+// the matmuls' sums) and says at start when it oversubscribes the cores; where none is set, each
+// rank runs its share of its node's cores instead of OpenMP's default of all of them.
 //
 // A node's cores are the union of its ranks' CPU affinities (a cpuset, a Slurm cgroup, a launcher's
 // binding), not the CPUs the machine has: 2 ranks in a 2-CPU container on a 64-CPU host share 2.
@@ -14,6 +15,9 @@
 #include <vector>
 
 namespace loom {
+namespace parallel {
+class MpiCommunicator;
+}
 
 struct CpuThreads {
   std::string host;
@@ -27,6 +31,24 @@ struct CpuThreads {
 // many threads run on how few cores, why that is slow, and what to do instead.
 std::string cpu_oversubscription_note(const CpuThreads& t);
 
+// A rank's share of its node's cores: cores_on_node / ranks_on_node, at most cores_of_rank, at
+// least 1 (more ranks than cores); 0 when a figure is unknown.
+int fitting_threads(const CpuThreads& t);
+
+struct ThreadChoice {
+  int threads = 0;   // the OpenMP threads this rank is to run; 0: keep what it runs
+  std::string note;  // for rank 0 to print: what was chosen, or the oversubscription note; "" if none
+};
+
+// What rank `rank` runs, from every rank's cpu_affinity_line, the OpenMP threads it runs now
+// (omp_get_max_threads) and the OMP_NUM_THREADS environment variable (null or empty: not set).
+// Set: kept, with the oversubscription note where it oversubscribes. Not set: the rank's share
+// of the cores where that is fewer threads than it runs (and a note saying so), and the
+// oversubscription note only where more ranks than cores remain. Every rank of a node gets the
+// same figures, so the choice is the same on each (Open MPI and Slurm give every rank one value).
+ThreadChoice choose_cpu_threads(const std::vector<std::string>& lines, int rank, int threads_now,
+                                const char* omp_num_threads_env);
+
 // This process's host and CPU affinity as one line ("HOST\t0,1,2,3"; no CPUs when unknown), to be
 // gathered from every rank.
 std::string cpu_affinity_line(const std::string& host);
@@ -34,5 +56,10 @@ std::string cpu_affinity_line(const std::string& host);
 // Rank `rank`'s figures from every rank's cpu_affinity_line (world order); `threads_per_rank` is
 // that rank's OpenMP thread count. Throws std::invalid_argument on a line without a tab.
 CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int threads_per_rank);
+
+// Collective over `world`, for the CPU backend at start: gathers every rank's affinity, applies
+// choose_cpu_threads to this rank (omp_set_num_threads) and returns the choice (the caller
+// prints rank 0's note).
+ThreadChoice settle_cpu_threads(parallel::MpiCommunicator& world);
 
 }  // namespace loom

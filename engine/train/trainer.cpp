@@ -78,22 +78,26 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     op_timer_ = timer.get();
     backend_ = std::move(timer);
   }
-  // MFU against rank 0's peak times the world, measured by rank 0 alone on the CPU (about half a
-  // second of the cores) and before the model exists, so that the measurement's matrices (28 MB
-  // in fp32) come and go below the run's peak memory, as `loom plan` assumes.
-  peak_ = rank0_mfu_peak(groups.world(), *backend_, compute_);
-  // Device buffers over NCCL (CUDA), host buffers over MPI; host scalars (losses, norms) always MPI.
-  use_device_communicators(groups, *backend_, device);
   // The memory this rank may take, read before the collective below: past it the ranks allocate,
   // and a rank reading later would see its neighbours' models in its cgroup's usage as well as
   // in the ranks-on-node multiple of the prediction (memory_check.hpp).
   const MemoryRoom room = memory_room();
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
-  if (r_.train.backend == "cpu") {  // every rank alike: a collective
-    const std::vector<std::string> cpus = parallel::all_gather_strings(groups.world(), cpu_affinity_line(hosts[rank_]));
-    if (rank_ == 0) cpu_threads_note_ = cpu_oversubscription_note(cpu_threads_of(cpus, 0, omp_get_max_threads()));
+  if (r_.train.backend == "cpu") {  // every rank alike: a collective. Before anything computes.
+    const ThreadChoice threads = settle_cpu_threads(groups.world());
+    cpu_threads_note_ = threads.note;
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    cpu_threads_ = {{"per_rank", omp_get_max_threads()},
+                    {"source", threads.threads > 0 ? "cores" : env && *env ? "OMP_NUM_THREADS" : "OpenMP"}};
   }
+  // MFU against rank 0's peak times the world, measured by rank 0 alone on the CPU (about half a
+  // second of the cores, with the threads it trains with) and before the model exists, so that
+  // the measurement's matrices (28 MB in fp32) come and go below the run's peak memory, as
+  // `loom plan` assumes.
+  peak_ = rank0_mfu_peak(groups.world(), *backend_, compute_);
+  // Device buffers over NCCL (CUDA), host buffers over MPI; host scalars (losses, norms) always MPI.
+  use_device_communicators(groups, *backend_, device);
   // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
   // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
   const std::vector<float> init = build_model(hosts, room);
@@ -142,6 +146,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
                          batch_.adaptive() ? batch_.progress(train_data_->state().next_sample) / double(r_.train.steps) : -1});
     start_run_record(command, hosts);
     record_in_run_json("mfu_peak", {{"flops_per_rank", peak_.flops}, {"source", peak_.source}});
+    if (!cpu_threads_.is_null()) record_in_run_json("cpu_threads", cpu_threads_);
     note_resize();
     logger_->start_tensorboard();
   }

@@ -132,7 +132,8 @@ class Trainer {
   StepTimeModel goodput_timing_;         // LOOM_GOODPUT_TIMING: a fixed step-time model (invalid: measure)
   nlohmann::json batch_decisions_ = nlohmann::json::array();  // rank 0: this session's, for run.json
   std::string lora_base_path_, lora_base_fingerprint_;  // LoRA over model.init_from: the base as opened
-  std::string cpu_threads_note_;  // rank 0, CPU backend: OpenMP threads oversubscribing the cores (cpu_threads.hpp)
+  std::string cpu_threads_note_;  // CPU backend: the OpenMP threads chosen, or oversubscribing the cores (cpu_threads.hpp)
+  nlohmann::json cpu_threads_;    // CPU backend: rank 0's OpenMP threads and where the count came from (run.json)
   double timed_samples_ = 0;             // sequences of the timed steps (all after the first)
   std::unique_ptr<LossScaler> scaler_;   // fp16's dynamic loss scale (disabled otherwise)
   std::unique_ptr<RankReports> reports_;

@@ -1,7 +1,9 @@
 # The start-of-run note on OpenMP threads oversubscribing the cores (engine/train/cpu_threads.hpp):
 # 2 ranks (--bind-to none) of as many threads each as this process may use CPUs oversubscribe any
 # machine: rank 0 says so once, with the thread count that fits (or, on 1 CPU, that there are more
-# ranks than cores); 2 ranks of 1 thread each (on 2 CPUs or more) get no note.
+# ranks than cores); 2 ranks of 1 thread each (on 2 CPUs or more) get no note. Without
+# OMP_NUM_THREADS, each of the 2 ranks runs half the CPUs (said once, recorded in run.json) instead
+# of OpenMP's default of all of them.
 #   cpu_threads_note.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
 corpus
@@ -24,8 +26,21 @@ else
   grep -q "more ranks than cores on .*, run at most 1 there" "$out" || { cat "$out"; fail "1 CPU: the note does not say there are more ranks than cores"; }
 fi
 grep "OpenMP thread" "$out"
+threads_record() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sessions"][0]["cpu_threads"])' "$1/run.json"; }
+[ "$(threads_record "$WORK/t$cores")" = "{'per_rank': $cores, 'source': 'OMP_NUM_THREADS'}" ] ||
+  fail "run.json: $(threads_record "$WORK/t$cores"), expected $cores threads from OMP_NUM_THREADS"
 if [ "$cores" -ge 2 ]; then
   run 1
   if grep -q "OpenMP thread" "$WORK/t1.out"; then cat "$WORK/t1.out"; fail "2 ranks x 1 thread on $cores CPUs: a note was printed"; fi
+  # Not set: half the CPUs each, and no oversubscription to speak of.
+  ( unset OMP_NUM_THREADS
+    mpi -np 2 "$LOOM" train configs/tiny.yaml "${SMALL[@]}" --set train.steps=1 --set log.eval_every=0 \
+      --set log.dir="$WORK/unset" > "$WORK/unset.out" 2>&1 ) || { cat "$WORK/unset.out"; fail "OMP_NUM_THREADS unset: the run failed"; }
+  half=$(( cores / 2 ))
+  n=$(grep -c "^loom: note: OMP_NUM_THREADS is not set: $half OpenMP threads\? per rank, not OpenMP's default $cores (2 ranks share the $cores cores on " "$WORK/unset.out" || true)
+  [ "$n" = 1 ] || { cat "$WORK/unset.out"; fail "OMP_NUM_THREADS unset: the choice of $half threads was said $n times, expected once"; }
+  if grep -q "threads on the" "$WORK/unset.out"; then cat "$WORK/unset.out"; fail "OMP_NUM_THREADS unset: still oversubscribed"; fi
+  [ "$(threads_record "$WORK/unset")" = "{'per_rank': $half, 'source': 'cores'}" ] ||
+    fail "run.json: $(threads_record "$WORK/unset"), expected $half threads from the cores"
 fi
 echo PASS

@@ -75,3 +75,52 @@ TEST_CASE("a node's cores are the union of its ranks' affinities", "[cpu_threads
   CHECK(me.cores_of_rank >= 1);
   CHECK(me.cores_on_node == me.cores_of_rank);
 }
+
+TEST_CASE("a rank's share of the cores is the node's cores over its ranks within its affinity", "[cpu_threads]") {
+  using loom::fitting_threads;
+  CHECK(fitting_threads({"n", 2, 2, 2, 2}) == 1);
+  CHECK(fitting_threads({"n", 1, 2, 2, 2}) == 2);
+  CHECK(fitting_threads({"n", 4, 64, 64, 64}) == 16);
+  CHECK(fitting_threads({"n", 3, 8, 8, 8}) == 2);   // the remainder is left idle, not oversubscribed
+  CHECK(fitting_threads({"n", 4, 8, 64, 4}) == 4);  // bound to 4 cores: no more than those
+  CHECK(fitting_threads({"n", 8, 1, 2, 2}) == 1);   // more ranks than cores: still one thread
+  CHECK(fitting_threads({"n", 2, 2, 0, 2}) == 0);   // unknown
+  CHECK(fitting_threads({"n", 2, 2, 2, 0}) == 0);
+}
+
+TEST_CASE("without OMP_NUM_THREADS each rank runs its share of the cores and rank 0 says so", "[cpu_threads]") {
+  using loom::choose_cpu_threads;
+  // Two unbound ranks on a 2-CPU node, OpenMP's default 2 threads each: 1 each, one note.
+  const std::vector<std::string> two = {"vm\t0,1", "vm\t0,1"};
+  for (const char* unset : {static_cast<const char*>(nullptr), ""}) {
+    const loom::ThreadChoice c = choose_cpu_threads(two, 0, 2, unset);
+    CHECK(c.threads == 1);
+    CHECK(c.note ==
+          "loom: note: OMP_NUM_THREADS is not set: 1 OpenMP thread per rank, not OpenMP's default 2 (2 ranks share "
+          "the 2 cores on vm; threads beyond the cores wait by spinning). Set OMP_NUM_THREADS to choose");
+    CHECK(choose_cpu_threads(two, 1, 2, unset).threads == 1);
+  }
+  // Set: kept as it is, and the oversubscription said instead.
+  const loom::ThreadChoice set = choose_cpu_threads(two, 0, 2, "2");
+  CHECK(set.threads == 0);
+  CHECK(has(set.note, "4 threads on the 2 cores they may run on"));
+  CHECK(choose_cpu_threads(two, 0, 1, "1").note.empty());
+  // One rank with the node to itself: OpenMP's default already fits, nothing to say.
+  CHECK(choose_cpu_threads({"vm\t0,1"}, 0, 2, nullptr).threads == 0);
+  CHECK(choose_cpu_threads({"vm\t0,1"}, 0, 2, nullptr).note.empty());
+  // Eight ranks on 2 cores: 1 thread each, and the ranks still oversubscribe: both said.
+  const std::vector<std::string> eight(8, "vm\t0,1");
+  const loom::ThreadChoice many = choose_cpu_threads(eight, 3, 2, nullptr);
+  CHECK(many.threads == 1);
+  CHECK(has(many.note, "1 OpenMP thread per rank, not OpenMP's default 2 (8 ranks share the 2 cores on vm"));
+  CHECK(has(many.note, "\nloom: note: 8 ranks on vm run 1 OpenMP thread each: 8 threads on the 2 cores"));
+  CHECK(has(many.note, "more ranks than cores on vm, run at most 2 there"));
+  // Ranks on two nodes count their own node's: 2 on a (8 cores) get 4, 1 on b (4 cores) keeps 4.
+  const std::vector<std::string> nodes = {"a\t0,1,2,3,4,5,6,7", "a\t0,1,2,3,4,5,6,7", "b\t0,1,2,3"};
+  CHECK(choose_cpu_threads(nodes, 1, 8, nullptr).threads == 4);
+  CHECK(choose_cpu_threads(nodes, 2, 4, nullptr).threads == 0);
+  // An unreadable affinity: nothing chosen, nothing said.
+  const loom::ThreadChoice unknown = choose_cpu_threads({"a\t0,1", "a\t"}, 0, 2, nullptr);
+  CHECK(unknown.threads == 0);
+  CHECK(unknown.note.empty());
+}
