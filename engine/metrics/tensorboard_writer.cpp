@@ -127,7 +127,9 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resume_step
                              " (log.dir)");
   try {
     write(tb::encode_file_version_event(t));
-    if (resume_step > 0) write(tb::encode_session_start_event(t, resume_step));
+    // TensorBoard keeps the points below a START's step (event_accumulator's purge: step < START).
+    // Scalars go at the number of steps done, so resume_step's point is the checkpoint's last.
+    if (resume_step > 0) write(tb::encode_session_start_event(t, resume_step + 1));
   } catch (...) {
     // The destructor will not run: close the file, and remove it (this writer just made it, and
     // it holds no complete step).

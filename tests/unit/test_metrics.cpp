@@ -80,22 +80,24 @@ TEST_CASE("A TensorBoard event file reads back: framing, checksums, steps and va
   std::filesystem::remove_all(dir);
   std::string path;
   {
+    // Resumed after 5 steps: this session's first point is step 6 (the number of steps done).
     TensorBoardWriter w(dir.string(), 5);
-    w.scalars(5, {{"loss", 2.25}, {"lr", 1e-3}, {"nan_is_skipped", std::nan("")}});
-    w.scalars(6, {{"loss", 2.0}});
+    w.scalars(6, {{"loss", 2.25}, {"lr", 1e-3}, {"nan_is_skipped", std::nan("")}});
+    w.scalars(7, {{"loss", 2.0}});
     path = w.path();
   }
   CHECK(std::filesystem::path(path).filename().string().rfind("events.out.tfevents.", 0) == 0);
   const std::vector<std::string> events = read_events(path);
   REQUIRE(events.size() == 4);  // file_version, session start, two steps
   CHECK(events[0].find("brain.Event:2") != std::string::npos);
-  CHECK(events[1].substr(9) == std::string("\x10\x05\x3a\x02\x08\x01", 6));  // step 5, START
-  // Step 5 holds loss and lr, not the NaN; same encoding as a single-scalar event.
-  CHECK(events[2].substr(9, 2) == std::string("\x10\x05", 2));
+  // START at step 6: TensorBoard keeps the earlier session's points below it, step 5 included.
+  CHECK(events[1].substr(9) == std::string("\x10\x06\x3a\x02\x08\x01", 6));
+  // Step 6 holds loss and lr, not the NaN; same encoding as a single-scalar event.
+  CHECK(events[2].substr(9, 2) == std::string("\x10\x06", 2));
   CHECK(events[2].find("loss") != std::string::npos);
   CHECK(events[2].find("lr") != std::string::npos);
   CHECK(events[2].find("nan_is_skipped") == std::string::npos);
-  CHECK(events[3].substr(9) == tb::encode_scalars_event(0, 6, {{"loss", 2.0f}}).substr(9));
+  CHECK(events[3].substr(9) == tb::encode_scalars_event(0, 7, {{"loss", 2.0f}}).substr(9));
   std::filesystem::remove_all(dir);
 }
 
