@@ -188,6 +188,10 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   if (bad = parallel::broadcast_string(world, bad); !bad.empty()) return bad;
   at.path = dir;
   at.steps_done = man["step"].get<int64_t>();
+  // The moments' age (older checkpoints: every step taken as an update, as they counted it).
+  const bool counted = man.contains("optimizer") && man["optimizer"].is_object() &&
+                       man["optimizer"].contains("updates") && man["optimizer"]["updates"].is_number_integer();
+  optim_.set_updates(counted ? man["optimizer"]["updates"].get<int64_t>() : at.steps_done);
   if (man.contains("recipe") && man["recipe"].is_string()) at.recipe_yaml = man["recipe"].get<std::string>();
   at.base_fingerprint = mm.value("base_fingerprint", "");
   const auto& loader = man["loader"];

@@ -202,6 +202,9 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
         man["model"]["base"] = setup_.base_path.empty() ? setup_.model.init_from : setup_.base_path;
         if (!setup_.base_fingerprint.empty()) man["model"]["base_fingerprint"] = setup_.base_fingerprint;
       }
+      // AdamW's update count, the age of its moments (bias correction): below the step after a
+      // skipped step. A checkpoint without it (older) is taken to have skipped none.
+      man["optimizer"] = {{"updates", snap.optimizer_updates}};
       // fp16's dynamic loss scale, so a resumed run goes on with it (absent without fp16).
       if (snap.loss_scale.scale > 0)
         man["loss_scale"] = {{"scale", snap.loss_scale.scale}, {"good_steps", snap.loss_scale.good_steps}};

@@ -161,6 +161,7 @@ double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, con
   if (!snapshot_) snapshot_ = std::make_shared<Snapshot>();
   std::shared_ptr<Snapshot> snap = snapshot_;
   snap->steps_done = steps_done;
+  snap->optimizer_updates = optim_.updates();
   snap->data = data;
   snap->health = health;
   snap->loss_scale = loss_scale;

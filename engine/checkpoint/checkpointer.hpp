@@ -122,6 +122,7 @@ class Checkpointer {
   // moments, in the model's flat layout.
   struct Snapshot {
     int64_t steps_done = 0;
+    int64_t optimizer_updates = 0;  // AdamW's update count (fewer than steps_done after skipped steps)
     SavedDataPosition data;
     StateHealth health;
     LossScaleState loss_scale;

@@ -255,7 +255,8 @@ double DistributedOptimizer::grad_norm() {
   return std::sqrt(groups_.tp().sum_ordered(local));
 }
 
-void DistributedOptimizer::update(double grad_norm, double lr, int64_t t, double grad_scale) {
+void DistributedOptimizer::update(double grad_norm, double lr, double grad_scale) {
+  const int64_t t = ++updates_;  // 1-based, for the bias correction
   float* grads = owned_grads();
   // One pass: unscale (fp16's loss scale) and clip (the true norm is grad_norm).
   double factor = 1.0 / grad_scale;

@@ -94,10 +94,15 @@ class DistributedOptimizer {
   // That count over flat elements [begin, end) of the gradient buffer as it is now (zero 0/1).
   double counted_sum_squares(size_t begin, size_t end);
   // Clips to optim.grad_clip given the norm, applies AdamW to the owned elements with learning
-  // rate `lr` (t: the 1-based update count) and gives every dp rank the updated parameters.
+  // rate `lr` and gives every dp rank the updated parameters. Counts the update: AdamW's bias
+  // correction takes t = updates(), so a skipped step (non-finite gradients, fp16's overflow)
+  // does not count, as in PyTorch and Megatron, whose optimizer.step() it never reaches.
   // `grad_scale`: the factor the gradients carry (fp16's loss scale; grad_norm is already divided
   // by it): they are divided by it in the same pass as the clipping.
-  void update(double grad_norm, double lr, int64_t t, double grad_scale = 1.0);
+  void update(double grad_norm, double lr, double grad_scale = 1.0);
+  // The updates applied so far (the moments' age); a checkpoint records it and a resume sets it.
+  int64_t updates() const { return updates_; }
+  void set_updates(int64_t n) { updates_ = n; }
 
   // Checkpoints. Collective over dp: every element of full_m and full_v (host, table.total()
   // floats each) is written: this rank's moments at their flat positions and, at zero 1, every
@@ -153,6 +158,7 @@ class DistributedOptimizer {
 
  private:
   Backend& be_;
+  int64_t updates_ = 0;      // update() calls so far (resumed: the checkpoint's)
   bool measuring_ = false;   // measure_local()
   double local_sq_ = 0;      // this step's count so far
   size_t counted_from_ = 0;  // [counted_from_, total) counted this step (backward goes downwards)

@@ -126,7 +126,7 @@ StepResult TrainStep::run(const StepBatch& batch, int64_t t, double lr, bool poi
   r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (!r.skipped) {
     TraceRecorder::Span span(&trace_, "optimizer", "optimizer");
-    optim_.update(r.grad_norm, lr, t, scale);
+    optim_.update(r.grad_norm, lr, scale);
     model.sync_compute_weights();  // the ops read the compute copy of the updated master weights
   }
   return r;

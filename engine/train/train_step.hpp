@@ -57,7 +57,8 @@ class TrainStep {
  public:
   TrainStep(Gpt& model, DistributedOptimizer& optim, parallel::ProcessGroups& groups, TraceRecorder& trace,
             StepShape shape, LossScaler& scaler);
-  // Runs step `t` (1-based update count) on `batch` with learning rate `lr`. `poison_grads`
+  // Runs step `t` (1-based: the step number, which seeds dropout; AdamW counts its own updates)
+  // on `batch` with learning rate `lr`. `poison_grads`
   // makes the reduced gradient NaN; `overflow_grads` (fp16 only) runs the step with a loss scale
   // of 1e30, so that its fp16 gradients overflow (fault injection for the guards' and the
   // scaler's tests).

@@ -35,7 +35,8 @@ for k in ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "step_ms", "data_wai
           "straggler_lag_ms", "rss_mb", "peak_rss_mb"):
     assert k in rows[-1], f"metrics.jsonl lacks {k}"
 # TensorBoard: one event file per session; records well framed; the second starts with a
-# session START at step 3 and then has steps 4..6.
+# session START at step 4 (TensorBoard keeps the points below it: the first session's 1..3, the
+# third done before the checkpoint) and then has steps 4..6.
 events = sorted(f for f in os.listdir(run) if f.startswith("events.out.tfevents."))
 assert len(events) == 2, events
 def records(path):
@@ -50,7 +51,9 @@ for f in events:
     assert b"brain.Event:2" in recs[0]
     steps[f] = recs
 second = max(steps.values(), key=lambda r: b"\x3a\x02\x08\x01" in r[1])
-assert second[1].endswith(b"\x10\x03\x3a\x02\x08\x01"), second[1]
+assert second[1].endswith(b"\x10\x04\x3a\x02\x08\x01"), second[1]
+first = min(steps.values(), key=lambda r: b"\x3a\x02\x08\x01" in r[1])
+assert sum(b"loss/loss" in r for r in first) == 3
 assert sum(b"loss/loss" in r for r in second) == 3
 # Chrome traces: the traced steps' phases.
 for trace in ("trace_rank0.json", "trace_s2_rank0.json"):
@@ -71,6 +74,35 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r.get("skipped", 0) for r in rows] == [0, 1, 1, 0, 0, 0], rows
 assert all(r["loss"] is not None and math.isfinite(r["loss"]) for r in rows)
 assert rows[-1]["grad_norm"] is not None and rows[-1]["loss"] < rows[0]["loss"]
+PY
+# AdamW counts the updates it applies, not the steps (PyTorch's GradScaler and Megatron never
+# reach optimizer.step() on a skipped step): after a skipped first step the second is its first
+# update, t = 1, where m / sqrt(v) is g / |g| and every weight moves by lr (t = 2 moved them by
+# 0.74 lr). The initial weights are the independent numpy writer's; the checkpoints record the
+# count (0 after the skipped step, 1 after the next).
+/usr/bin/python3 "$SRC/tests/pretrained/gpt2_numpy.py" make-hf "$WORK/init" --layers 2 --heads 2 --embd 64 --vocab 257 \
+  --positions 32 --seed 3
+LOOM_FAULT=nan@1 "$LOOM" train configs/tiny.yaml --set model.n_layer=2 --set model.n_head=2 --set model.d_model=64 \
+  --set model.seq_len=32 --set model.init_from="$WORK/init" --set optim.weight_decay=0 --set train.steps=2 \
+  --set log.every=1 --set log.eval_every=0 --set log.dir="$WORK/skip1" --set checkpoint.dir="$WORK/skip1ck" \
+  --set checkpoint.every=1 > "$WORK/skip1.out" 2>&1 || { cat "$WORK/skip1.out"; fail "skip1: training failed"; }
+"$LOOM" export "$WORK/skip1ck/step_00000002" --out "$WORK/skip1hf" > /dev/null
+/usr/bin/python3 - "$WORK" "$SRC/tests/pretrained" <<'PY'
+import json, sys
+import numpy as np
+w = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from gpt2_numpy import read_safetensors
+updates = [json.load(open(f"{w}/skip1ck/step_{s:08d}/manifest.json"))["optimizer"]["updates"] for s in (1, 2)]
+assert updates == [0, 1], f"manifests' optimizer.updates after a skipped and a good step: {updates}"
+rows = [json.loads(l) for l in open(f"{w}/skip1/metrics.jsonl")]
+assert [r.get("skipped", 0) for r in rows] == [1, 0], rows
+before, _ = read_safetensors(f"{w}/init/model.safetensors")
+after, _ = read_safetensors(f"{w}/skip1hf/model.safetensors")
+for name in ("transformer.h.0.mlp.c_fc.weight", "transformer.wpe.weight"):
+    moved = np.median(np.abs(after[name] - before[name])) / rows[1]["lr"]
+    print(f"first update after a skipped step: {name} moved by {moved:.5f} lr (median)")
+    assert abs(moved - 1) < 0.01, f"{name}: moved by {moved:.4f} lr, expected 1 (AdamW's t = 1)"
 PY
 # Three in a row (train.max_nonfinite_steps = 3): the run stops, exit 1, with a checkpoint of
 # the last good state and the failure in run.json.
