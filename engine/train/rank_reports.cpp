@@ -70,7 +70,10 @@ RankHealth RankReports::gather_health(double step_s) {
     h.gpu_temp_max_c = std::max(h.gpu_temp_max_c, double(m[7]));
   }
   std::sort(times.begin(), times.end());
-  h.median_ms = times[times.size() / 2];
+  // The median of an even count is the mean of the two middle times (the upper one alone is the
+  // slowest of 2 ranks, which would show a straggler lag of 0 whatever the gap).
+  const size_t mid = times.size() / 2;
+  h.median_ms = times.size() % 2 ? times[mid] : 0.5 * (times[mid - 1] + times[mid]);
   h.step_ms = step_s * 1e3;
   return h;
 }

@@ -79,6 +79,12 @@ def degree(key, overrides):
     m = re.search(rf"parallel.{key}=(\d+)", overrides)
     return int(m.group(1)) if m else 1
 layouts = [line.rstrip("\n").split("\t") for line in open(f"{work}/layouts.tsv")]
+# The straggler view: the slowest rank's lag behind the median step time. With 2 ranks the median
+# is their mean, so any difference between them shows (the upper middle alone gave 0 always).
+for name, np, overrides in layouts:
+    lags = [r["straggler_lag_ms"] for r in load(name)]
+    assert min(lags) >= 0, f"{name}: negative straggler_lag_ms"
+    assert int(np) == 1 or max(lags) > 0, f"{name}: straggler_lag_ms is 0 at every step of {np} ranks"
 for name, np, overrides in layouts:
     if "parallel.zero=1" not in overrides:
         continue
