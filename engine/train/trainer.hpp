@@ -81,6 +81,8 @@ class Trainer {
   // batches made; then, once resumed_ and data_now_ are set, where the stream starts.
   TokenDataset open_data(DataFingerprint* train_print, DataFingerprint* val_print);
   LoaderState resume_position();
+  // "" when log.eval_batches global batches fit in data.val's `distinct` sequences, else the note.
+  std::string validation_repeat_note(uint64_t distinct) const;
   // Rank 0: "resumed from ..." and what changed (`batch_note`, resume_notes_), once accepted.
   void announce_resume(const std::string& batch_note) const;
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0
@@ -123,6 +125,7 @@ class Trainer {
   LoaderLayout layout_;
   std::unique_ptr<DataLoader> train_data_;
   std::vector<StepBatch> val_batches_;
+  std::string val_repeat_note_;  // the evaluation asks for more sequences than data.val holds
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<DistributedOptimizer> optim_;
   std::unique_ptr<TrainStep> step_;

@@ -23,7 +23,10 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
     if (!r_.data.val.empty()) {
       TokenDataset val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
       *val_print = validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
-      if (r_.log.eval_every > 0) val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
+      if (r_.log.eval_every > 0) {
+        val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
+        val_repeat_note_ = validation_repeat_note(SampleIndex(val.shards, m.seq_len).size());
+      }
     }
   });
   // Every rank must train, and evaluate, on the same tokens (same_data.hpp): a node whose own
@@ -39,6 +42,20 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
     if (!differs.empty()) throw std::runtime_error(differs);
   });
   return train;
+}
+
+std::string Trainer::validation_repeat_note(uint64_t distinct) const {
+  // validation_batches wraps around a split shorter than the evaluation: val_loss then weights the
+  // sequences it takes twice more than the others, which the user should know (loom eval says so).
+  const uint64_t batch = uint64_t(layout_.global_batch());
+  const uint64_t asked = uint64_t(r_.log.eval_batches) * batch;
+  if (asked <= distinct) return "";
+  std::string fix = distinct >= batch ? "set log.eval_batches to at most " + std::to_string(distinct / batch)
+                                      : "data.val holds less than one global batch";
+  return "loom: note: log.eval_batches=" + std::to_string(r_.log.eval_batches) + " asks for " + std::to_string(asked) +
+         " validation sequences of " + std::to_string(r_.model.seq_len) + " tokens (global batches of " +
+         std::to_string(batch) + "); data.val holds " + std::to_string(distinct) +
+         " distinct ones, so they repeat and val_loss weights some more than others: " + fix;
 }
 
 void Trainer::check_lora_base() {

@@ -48,6 +48,7 @@ void Trainer::print_header() const {
   }
   if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
   if (!cpu_threads_note_.empty()) std::printf("%s\n", cpu_threads_note_.c_str());
+  if (!val_repeat_note_.empty()) std::printf("%s\n", val_repeat_note_.c_str());
   // A schedule whose warmup outlasts the run never reaches optim.lr and never decays (Megatron
   // refuses it; a short test run of a longer recipe is a fair reason to do it, so a note).
   if (!batch_.adaptive() && r_.optim.warmup_steps >= r_.train.steps)

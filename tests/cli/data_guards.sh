@@ -120,4 +120,15 @@ cp ok/train_000000.bin split/train/shard.bin
 cp ok/val_000000.bin split/val/shard.bin
 refused "the pattern matches both training and validation files (train/shard.bin, val/shard.bin)" \
   "${train[@]}" --set data.train="$WORK/split/*/shard.bin" --set data.val=""
+# An evaluation asking for more sequences than data.val holds repeats some (validation_batches
+# wraps around): said at the start, with the most log.eval_batches that fits, as loom eval says it.
+# (sequences of tiny's 64 tokens and their next-token targets; a shard's header is 64 bytes)
+vals=$(python3 -c "import os; print(((os.path.getsize('$WORK/ok/val_000000.bin') - 64) // 2 - 1) // 64)")
+"${train[@]}" --set data.train="$WORK/ok/train_*.bin" --set data.val="$WORK/ok/val_*.bin" --set log.eval_every=2 --set log.eval_batches=100 \
+  --set log.dir="$WORK/evalrep" > evalrep.txt || fail "log.eval_batches=100: training failed"
+grep -qF "loom: note: log.eval_batches=100 asks for 3200 validation sequences of 64 tokens (global batches of 32); data.val holds $vals distinct ones, so they repeat" evalrep.txt ||
+  fail "no note on repeated validation sequences ($vals distinct): $(grep note evalrep.txt)"
+"${train[@]}" --set data.train="$WORK/ok/train_*.bin" --set data.val="$WORK/ok/val_*.bin" --set log.eval_every=2 --set log.eval_batches=1 \
+  --set log.dir="$WORK/evalone" > evalone.txt || fail "log.eval_batches=1: training failed"
+if grep -q "validation sequences" evalone.txt; then fail "a note on repeats where none repeat: $(grep note evalone.txt)"; fi
 echo PASS
