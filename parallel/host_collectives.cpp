@@ -59,11 +59,16 @@ int all_reduce_min(MpiCommunicator& comm, int v) {
 }
 
 std::vector<std::string> all_gather_strings(MpiCommunicator& comm, const std::string& s) {
-  int len = as_int(s.size());
-  std::vector<int> counts(size_t(comm.size()), 0), displs;
-  check(MPI_Allgather(&len, 1, MPI_INT, counts.data(), 1, MPI_INT, comm.comm()), "MPI_Allgather");
+  return all_gather_strings(comm.comm(), s);
+}
+
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& s) {
+  int len = as_int(s.size()), size = 0;
+  check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  std::vector<int> counts(size_t(size), 0), displs;
+  check(MPI_Allgather(&len, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
   std::vector<char> all(displacements(counts, displs) + 1);  // + 1: never empty
-  check(MPI_Allgatherv(s.data(), len, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, comm.comm()),
+  check(MPI_Allgatherv(s.data(), len, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, comm),
         "MPI_Allgatherv");
   std::vector<std::string> out;
   for (size_t i = 0; i < counts.size(); ++i) out.emplace_back(all.data() + displs[i], size_t(counts[i]));

@@ -34,8 +34,10 @@ void barrier_unwatched(MpiCommunicator& comm);
 // True if `v` is true on every member.
 inline bool all_true(MpiCommunicator& comm, bool v) { return all_reduce_min(comm, v ? 1 : 0) != 0; }
 
-// Every member's `s`, in rank order, on every rank (e.g. every rank's host name).
+// Every member's `s`, in rank order, on every rank (e.g. every rank's host name). Also over a
+// plain MPI_Comm, for start-up before any MpiCommunicator exists.
 std::vector<std::string> all_gather_strings(MpiCommunicator& comm, const std::string& s);
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& s);
 
 // Every member's `n` bytes at `data`, concatenated in rank order, on rank `root`; `counts` (if
 // given) gets each member's byte count there. Other ranks get an empty vector.

@@ -85,6 +85,15 @@ std::string precheck_checkpoint(const std::string& ckpt) {
         return "manifest.json is not a Loom checkpoint's (format " + (format.empty() ? "missing" : "'" + format + "'") +
                ", expected 'loom-checkpoint')";
     }
+    // AdamW's update count (absent in older checkpoints): at most one per step. Out of range it
+    // is damage (the manifest has no checksum of its own); 0 before an update would be t = 0.
+    if (man.contains("optimizer")) {
+      const auto& u = man["optimizer"].is_object() && man["optimizer"].contains("updates") ? man["optimizer"]["updates"]
+                                                                                            : nlohmann::json();
+      if (!u.is_number_integer() || u.get<int64_t>() < 0 || u.get<int64_t>() > man.at("step").get<int64_t>())
+        return "manifest.json: optimizer.updates " + u.dump() + " is not a count from 0 to the step " +
+               man.at("step").dump() + " (damaged)";
+    }
     const auto& files = man.at("files");
     if (files.size() != 1 || files[0].at("name") != kCheckpointFile) return "manifest.json does not list " + std::string(kCheckpointFile);
     for (const auto& file : files) {
@@ -114,6 +123,8 @@ std::string inspect_checkpoint(const std::string& ckpt) {
   if (std::string bad = verify_checkpoint(ckpt); !bad.empty()) throw std::runtime_error(ckpt + ": " + bad);
   nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
   os << "checkpoint " << ckpt << "\n  step " << man["step"] << ", loader next step " << man["loader"]["next_step"]
+     << ", optimizer updates "
+     << (man.contains("optimizer") ? man["optimizer"]["updates"].dump() : std::string("(not recorded)"))
      << ", health " << (man.contains("health") ? man["health"].dump() : std::string("(not recorded)"))
      << "\n  saved under " << man["layout"].dump() << "\n  model " << man["model"].dump() << "\n  loom "
      << man["loom_version"].get<std::string>() << " commit " << man["git_commit"].get<std::string>() << "\n";

@@ -73,6 +73,10 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   int T = 0, device = 0;
   uint64_t samples = 0;  // in the split: more asked for than it holds come round again
   const int dp = world.size();
+  // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says; before
+  // anything runs OpenMP code (the data's and the model's checks). Collective on every rank.
+  if (const std::string note = settle_cpu_threads(world.comm(), a.backend == "cpu").note; lead && !note.empty())
+    std::fprintf(stderr, "%s\n", note.c_str());
   // What each rank opens on its own, then the process groups (collective), then the rest: a rank
   // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).
   if (!agreed_step(world, "eval", [&] {
@@ -97,12 +101,6 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   // What this node may still take, read by every rank before the collective below, so before any
   // allocates the batches or the model.
   const MemoryRoom room = a.backend == "cpu" ? memory_room() : MemoryRoom{};
-  // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says (collective).
-  std::string threads_note;
-  if (a.backend == "cpu" &&
-      !agreed_step(world, "eval", [&] { threads_note = settle_cpu_threads(groups->world()).note; }))
-    return 2;
-  if (lead && !threads_note.empty()) std::fprintf(stderr, "%s\n", threads_note.c_str());
   // Every rank must evaluate the same tokens (same_data.hpp). Collective, then agreed.
   const std::string differs = data_differs_from_rank0(groups->world(), "--data=" + a.data, print, "evaluation data");
   if (!agreed_step(world, "eval", [&] {

@@ -92,6 +92,10 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
   std::vector<int32_t> prompt;
   const int tp = world.size();
   int context = 0, device = 0;
+  // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says; before
+  // anything runs OpenMP code (the model's checks). Collective on every rank.
+  if (const std::string note = settle_cpu_threads(world.comm(), a.backend == "cpu").note; lead && !note.empty())
+    std::fprintf(stderr, "%s\n", note.c_str());
   // What each rank opens on its own, then the process groups (collective), then the rest: a rank
   // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).
   std::unique_ptr<TokenSampler> sampler;
@@ -129,12 +133,6 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
         groups = std::make_unique<parallel::ProcessGroups>(world.comm(), parallel::GridLayout{tp, 1, 1});
       }))
     return 2;
-  // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says (collective).
-  std::string threads_note;
-  if (a.backend == "cpu" &&
-      !agreed_step(world, "sample", [&] { threads_note = settle_cpu_threads(groups->world()).note; }))
-    return 2;
-  if (lead && !threads_note.empty()) std::fprintf(stderr, "%s\n", threads_note.c_str());
   if (!agreed_step(world, "sample", [&] {
         device = a.backend == "cuda" ? cuda_device_for_local_rank(groups->local_rank()) : 0;
         backend = make_backend(a.backend, device, "--backend");

@@ -93,17 +93,28 @@ ThreadChoice choose_cpu_threads(const std::vector<std::string>& lines, int rank,
 }
 
 std::string cpu_affinity_line(const std::string& host) {
-  std::string line = host + "\t";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return line;  // unknown: no CPUs listed
-  bool first = true;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &set)) {
-      if (!first) line += ',';
-      line += std::to_string(cpu);
-      first = false;
+  std::set<int> cpus;
+  if (omp_get_proc_bind() != omp_proc_bind_false && omp_get_num_places() > 0) {
+    // OpenMP's binding is on (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY): libgomp pinned this
+    // thread to the first place as it loaded, so its affinity shows that place alone (1 CPU of a
+    // whole node); the places span the CPUs the process was given.
+    for (int p = 0; p < omp_get_num_places(); ++p) {
+      std::vector<int> ids(size_t(omp_get_place_num_procs(p)));
+      omp_get_place_proc_ids(p, ids.data());
+      cpus.insert(ids.begin(), ids.end());
     }
+  } else {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return host + "\t";  // unknown: no CPUs listed
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.insert(cpu);
+  }
+  std::string line = host + "\t";
+  for (int cpu : cpus) {
+    if (cpu != *cpus.begin()) line += ',';
+    line += std::to_string(cpu);
+  }
   return line;
 }
 
@@ -126,11 +137,14 @@ CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int t
   return t;
 }
 
-ThreadChoice settle_cpu_threads(parallel::MpiCommunicator& world) {
+ThreadChoice settle_cpu_threads(MPI_Comm world, bool apply) {
   char host[64] = {};
   gethostname(host, sizeof host - 1);  // as gather_hostnames (rank_reports.cpp) names it
   const std::vector<std::string> lines = parallel::all_gather_strings(world, cpu_affinity_line(host));
-  const ThreadChoice c = choose_cpu_threads(lines, world.rank(), omp_get_max_threads(), std::getenv("OMP_NUM_THREADS"));
+  if (!apply) return {};
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  const ThreadChoice c = choose_cpu_threads(lines, rank, omp_get_max_threads(), std::getenv("OMP_NUM_THREADS"));
   if (c.threads > 0) omp_set_num_threads(c.threads);
   return c;
 }

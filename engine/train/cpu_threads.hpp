@@ -10,14 +10,14 @@
 //
 // A node's cores are the union of its ranks' CPU affinities (a cpuset, a Slurm cgroup, a launcher's
 // binding), not the CPUs the machine has: 2 ranks in a 2-CPU container on a 64-CPU host share 2.
+// With OpenMP's binding on, a rank's CPUs are its OpenMP places' (the main thread is pinned to one).
 // A CPU quota (cgroup cpu.max) is not seen.
+#include <mpi.h>
+
 #include <string>
 #include <vector>
 
 namespace loom {
-namespace parallel {
-class MpiCommunicator;
-}
 
 struct CpuThreads {
   std::string host;
@@ -44,8 +44,8 @@ struct ThreadChoice {
 // (omp_get_max_threads) and the OMP_NUM_THREADS environment variable (null or empty: not set).
 // Set: kept, with the oversubscription note where it oversubscribes. Not set: the rank's share
 // of the cores where that is fewer threads than it runs (and a note saying so), and the
-// oversubscription note only where more ranks than cores remain. Every rank of a node gets the
-// same figures, so the choice is the same on each (Open MPI and Slurm give every rank one value).
+// oversubscription note only where more ranks than cores remain. Ranks of a node with the same
+// affinity choose alike; one bound to fewer cores than its share gets those.
 ThreadChoice choose_cpu_threads(const std::vector<std::string>& lines, int rank, int threads_now,
                                 const char* omp_num_threads_env);
 
@@ -57,9 +57,13 @@ std::string cpu_affinity_line(const std::string& host);
 // that rank's OpenMP thread count. Throws std::invalid_argument on a line without a tab.
 CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int threads_per_rank);
 
-// Collective over `world`, for the CPU backend at start: gathers every rank's affinity, applies
-// choose_cpu_threads to this rank (omp_set_num_threads) and returns the choice (the caller
-// prints rank 0's note).
-ThreadChoice settle_cpu_threads(parallel::MpiCommunicator& world);
+// Collective over `world` at start, before anything runs OpenMP code (the data's checks do):
+// gathers every rank's affinity and, with `apply` (the CPU backend), applies choose_cpu_threads
+// to this rank (omp_set_num_threads) and returns the choice (the caller prints rank 0's note).
+// Every rank calls it, whatever its backend: a rank alone asking for another one fails later,
+// agreed, instead of leaving the others in this collective. Only the calling thread's OpenMP
+// count is set (libgomp's counts are per thread): Loom's own threads (loader, checkpoint writer,
+// communicator) run no OpenMP code.
+ThreadChoice settle_cpu_threads(MPI_Comm world, bool apply);
 
 }  // namespace loom

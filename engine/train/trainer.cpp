@@ -56,6 +56,16 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   // or checkpoint checks.) Collective: every rank starts it here; stopped by watchdog_'s
   // destructor, also when the constructor throws.
   watchdog_.start(r_.parallel.timeout_s, rank_);
+  // The CPU backend's OpenMP threads, before anything runs OpenMP code (the data's checks scan
+  // every token). Collective on every rank, whatever its backend (cpu_threads.hpp).
+  {
+    const ThreadChoice threads = settle_cpu_threads(groups.world().comm(), r_.train.backend == "cpu");
+    cpu_threads_note_ = threads.note;
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    if (r_.train.backend == "cpu")
+      cpu_threads_ = {{"per_rank", omp_get_max_threads()},
+                      {"source", threads.threads > 0 ? "cores" : env && *env ? "OMP_NUM_THREADS" : "OpenMP"}};
+  }
   // Data first: a bad path or shard is reported before any model memory is allocated.
   const auto& m = r_.model;
   layout_ = LoaderLayout{m.seq_len, r_.train.micro_batch, r_.grad_accum(), groups.coord().dp, r_.parallel.dp,
@@ -78,19 +88,6 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
     op_timer_ = timer.get();
     backend_ = std::move(timer);
   }
-  // The memory this rank may take, read before the collective below: past it the ranks allocate,
-  // and a rank reading later would see its neighbours' models in its cgroup's usage as well as
-  // in the ranks-on-node multiple of the prediction (memory_check.hpp).
-  const MemoryRoom room = memory_room();
-  // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
-  const std::vector<std::string> hosts = gather_hostnames(groups);
-  if (r_.train.backend == "cpu") {  // every rank alike: a collective. Before anything computes.
-    const ThreadChoice threads = settle_cpu_threads(groups.world());
-    cpu_threads_note_ = threads.note;
-    const char* env = std::getenv("OMP_NUM_THREADS");
-    cpu_threads_ = {{"per_rank", omp_get_max_threads()},
-                    {"source", threads.threads > 0 ? "cores" : env && *env ? "OMP_NUM_THREADS" : "OpenMP"}};
-  }
   // MFU against rank 0's peak times the world, measured by rank 0 alone on the CPU (about half a
   // second of the cores, with the threads it trains with) and before the model exists, so that
   // the measurement's matrices (28 MB in fp32) come and go below the run's peak memory, as
@@ -98,6 +95,12 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   peak_ = rank0_mfu_peak(groups.world(), *backend_, compute_);
   // Device buffers over NCCL (CUDA), host buffers over MPI; host scalars (losses, norms) always MPI.
   use_device_communicators(groups, *backend_, device);
+  // The memory this rank may take, read before the collective below: past it the ranks allocate,
+  // and a rank reading later would see its neighbours' models in its cgroup's usage as well as
+  // in the ranks-on-node multiple of the prediction (memory_check.hpp).
+  const MemoryRoom room = memory_room();
+  // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
+  const std::vector<std::string> hosts = gather_hostnames(groups);
   // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
   // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
   const std::vector<float> init = build_model(hosts, room);

@@ -45,8 +45,8 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
 }
 
 std::string Trainer::validation_repeat_note(uint64_t distinct) const {
-  // validation_batches wraps around a split shorter than the evaluation: val_loss then weights the
-  // sequences it takes twice more than the others, which the user should know (loom eval says so).
+  // validation_batches wraps around a split shorter than the evaluation: val_loss then counts
+  // sequences more than once, which the user should know (loom eval says so).
   const uint64_t batch = uint64_t(layout_.global_batch());
   const uint64_t asked = uint64_t(r_.log.eval_batches) * batch;
   if (asked <= distinct) return "";
@@ -55,7 +55,7 @@ std::string Trainer::validation_repeat_note(uint64_t distinct) const {
   return "loom: note: log.eval_batches=" + std::to_string(r_.log.eval_batches) + " asks for " + std::to_string(asked) +
          " validation sequences of " + std::to_string(r_.model.seq_len) + " tokens (global batches of " +
          std::to_string(batch) + "); data.val holds " + std::to_string(distinct) +
-         " distinct ones, so they repeat and val_loss weights some more than others: " + fix;
+         " distinct ones, so they repeat: val_loss counts sequences more than once; " + fix;
 }
 
 void Trainer::check_lora_base() {

@@ -78,15 +78,51 @@ PY
 # AdamW counts the updates it applies, not the steps (PyTorch's GradScaler and Megatron never
 # reach optimizer.step() on a skipped step): after a skipped first step the second is its first
 # update, t = 1, where m / sqrt(v) is g / |g| and every weight moves by lr (t = 2 moved them by
-# 0.74 lr). The initial weights are the independent numpy writer's; the checkpoints record the
-# count (0 after the skipped step, 1 after the next).
+# sqrt(1 + beta2) / (1 + beta1) = 0.735 lr). The initial weights are the independent numpy
+# writer's; the checkpoints record the count (0 after the skipped step, 1 after the next), and a
+# resume takes it from there:
+#  - from a copy of step 1: step 2 bit for bit as the uninterrupted run's;
+#  - from a copy whose manifest lacks the count (an older checkpoint): every step counted, as then
+#    (the weights move by 0.735 lr);
+#  - a count above the step is damage: the resume falls back past that checkpoint, naming it.
 /usr/bin/python3 "$SRC/tests/pretrained/gpt2_numpy.py" make-hf "$WORK/init" --layers 2 --heads 2 --embd 64 --vocab 257 \
   --positions 32 --seed 3
-LOOM_FAULT=nan@1 "$LOOM" train configs/tiny.yaml --set model.n_layer=2 --set model.n_head=2 --set model.d_model=64 \
-  --set model.seq_len=32 --set model.init_from="$WORK/init" --set optim.weight_decay=0 --set train.steps=2 \
-  --set log.every=1 --set log.eval_every=0 --set log.dir="$WORK/skip1" --set checkpoint.dir="$WORK/skip1ck" \
-  --set checkpoint.every=1 > "$WORK/skip1.out" 2>&1 || { cat "$WORK/skip1.out"; fail "skip1: training failed"; }
+skipped=(configs/tiny.yaml --set model.n_layer=2 --set model.n_head=2 --set model.d_model=64 --set model.seq_len=32
+         --set model.init_from="$WORK/init" --set optim.weight_decay=0 --set train.steps=2 --set log.every=1
+         --set log.eval_every=0 --set checkpoint.every=1)
+LOOM_FAULT=nan@1 "$LOOM" train "${skipped[@]}" --set log.dir="$WORK/skip1" --set checkpoint.dir="$WORK/skip1ck" \
+  > "$WORK/skip1.out" 2>&1 || { cat "$WORK/skip1.out"; fail "skip1: training failed"; }
 "$LOOM" export "$WORK/skip1ck/step_00000002" --out "$WORK/skip1hf" > /dev/null
+for v in resumed old damaged; do
+  mkdir "$WORK/skip_$v"
+  cp -r "$WORK/skip1ck/step_00000001" "$WORK/skip_$v/"
+done
+python3 - "$WORK" <<'PY'
+import json, shutil, sys
+w = sys.argv[1]
+def edit(path, change):
+    m = json.load(open(path))
+    change(m)
+    json.dump(m, open(path, "w"), indent=2)
+edit(f"{w}/skip_old/step_00000001/manifest.json", lambda m: m.pop("optimizer"))
+# damaged: a step 2 whose count (5) cannot be, beside a good step 1
+shutil.copytree(f"{w}/skip1ck/step_00000002", f"{w}/skip_damaged/step_00000002")
+edit(f"{w}/skip_damaged/step_00000002/manifest.json", lambda m: m["optimizer"].update(updates=5))
+PY
+for v in resumed old; do
+  "$LOOM" train "${skipped[@]}" --set log.dir="$WORK/skip_$v.run" --set checkpoint.dir="$WORK/skip_$v" \
+    > "$WORK/skip_$v.out" 2>&1 || { cat "$WORK/skip_$v.out"; fail "skip_$v: the resume failed"; }
+  "$LOOM" export "$WORK/skip_$v/step_00000002" --out "$WORK/skip_$v.hf" > /dev/null
+done
+cmp -s "$WORK/skip1hf/model.safetensors" "$WORK/skip_resumed.hf/model.safetensors" ||
+  fail "resumed after the skipped step: step 2 differs from the uninterrupted run's"
+"$LOOM" train "${skipped[@]}" --set train.steps=3 --set log.dir="$WORK/skip_damaged.run" \
+  --set checkpoint.dir="$WORK/skip_damaged" > "$WORK/skip_damaged.out" 2>&1 ||
+  { cat "$WORK/skip_damaged.out"; fail "skip_damaged: the resume failed"; }
+grep -q "optimizer.updates 5 is not a count from 0 to the step 2 (damaged)" "$WORK/skip_damaged.out" ||
+  fail "a count above the step was not reported: $(grep -i step_00000002 "$WORK/skip_damaged.out")"
+grep -q "resumed from $WORK/skip_damaged/step_00000001 " "$WORK/skip_damaged.out" ||
+  fail "a count above the step: not resumed from step 1: $(grep resumed "$WORK/skip_damaged.out")"
 /usr/bin/python3 - "$WORK" "$SRC/tests/pretrained" <<'PY'
 import json, sys
 import numpy as np
@@ -98,11 +134,12 @@ assert updates == [0, 1], f"manifests' optimizer.updates after a skipped and a g
 rows = [json.loads(l) for l in open(f"{w}/skip1/metrics.jsonl")]
 assert [r.get("skipped", 0) for r in rows] == [1, 0], rows
 before, _ = read_safetensors(f"{w}/init/model.safetensors")
-after, _ = read_safetensors(f"{w}/skip1hf/model.safetensors")
-for name in ("transformer.h.0.mlp.c_fc.weight", "transformer.wpe.weight"):
-    moved = np.median(np.abs(after[name] - before[name])) / rows[1]["lr"]
-    print(f"first update after a skipped step: {name} moved by {moved:.5f} lr (median)")
-    assert abs(moved - 1) < 0.01, f"{name}: moved by {moved:.4f} lr, expected 1 (AdamW's t = 1)"
+for run, want in (("skip1hf", 1.0), ("skip_old.hf", 1.95 ** 0.5 / 1.9)):  # tiny: betas 0.9, 0.95
+    after, _ = read_safetensors(f"{w}/{run}/model.safetensors")
+    for name in ("transformer.h.0.mlp.c_fc.weight", "transformer.wpe.weight"):
+        moved = np.median(np.abs(after[name] - before[name])) / rows[1]["lr"]
+        print(f"{run}: the update after a skipped step moved {name} by {moved:.5f} lr (median), expected {want:.5f}")
+        assert abs(moved / want - 1) < 0.01, f"{run}: {name} moved by {moved:.4f} lr, expected {want:.4f}"
 PY
 # Three in a row (train.max_nonfinite_steps = 3): the run stops, exit 1, with a checkpoint of
 # the last good state and the failure in run.json.

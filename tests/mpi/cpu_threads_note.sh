@@ -3,7 +3,7 @@
 # machine: rank 0 says so once, with the thread count that fits (or, on 1 CPU, that there are more
 # ranks than cores); 2 ranks of 1 thread each (on 2 CPUs or more) get no note. Without
 # OMP_NUM_THREADS, each of the 2 ranks runs half the CPUs (said once, recorded in run.json) instead
-# of OpenMP's default of all of them.
+# of OpenMP's default of all of them; with OpenMP's binding on, one rank keeps them all.
 #   cpu_threads_note.sh LOOM SRC MPIEXEC
 source "$(dirname "$0")/../cli/common.sh"
 corpus
@@ -42,5 +42,14 @@ if [ "$cores" -ge 2 ]; then
   if grep -q "threads on the" "$WORK/unset.out"; then cat "$WORK/unset.out"; fail "OMP_NUM_THREADS unset: still oversubscribed"; fi
   [ "$(threads_record "$WORK/unset")" = "{'per_rank': $half, 'source': 'cores'}" ] ||
     fail "run.json: $(threads_record "$WORK/unset"), expected $half threads from the cores"
+  # OpenMP's binding on: libgomp pins the main thread to one CPU as it loads; the rank's CPUs are
+  # its places', so one rank alone keeps every CPU (it was cut to 1 thread).
+  ( unset OMP_NUM_THREADS
+    OMP_PROC_BIND=true mpi -np 1 -x OMP_PROC_BIND "$LOOM" train configs/tiny.yaml "${SMALL[@]}" --set train.steps=1 \
+      --set log.eval_every=0 --set log.dir="$WORK/bound" > "$WORK/bound.out" 2>&1 ) ||
+    { cat "$WORK/bound.out"; fail "OMP_PROC_BIND=true: the run failed"; }
+  if grep -q "OpenMP thread" "$WORK/bound.out"; then cat "$WORK/bound.out"; fail "OMP_PROC_BIND=true, 1 rank: a note"; fi
+  [ "$(threads_record "$WORK/bound")" = "{'per_rank': $cores, 'source': 'OpenMP'}" ] ||
+    fail "OMP_PROC_BIND=true, 1 rank: run.json $(threads_record "$WORK/bound"), expected OpenMP's $cores threads"
 fi
 echo PASS
