@@ -1,6 +1,7 @@
 #include "parallel/mpi_world.hpp"
 
 #include "parallel/bounded_abort.hpp"
+#include "parallel/host_collectives.hpp"
 #include "parallel/mpi_communicator.hpp"
 
 #include <unistd.h>
@@ -47,6 +48,8 @@ std::string MpiWorld::hostname() const {
   gethostname(buf, sizeof buf - 1);
   return buf;
 }
+
+std::vector<std::string> MpiWorld::all_gather(const std::string& s) const { return all_gather_strings(comm(), s); }
 
 std::string agree_on_error(const std::string& local_error, MpiCommunicator& group) {
   return agree_on_error(local_error, group.comm());

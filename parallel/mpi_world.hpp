@@ -50,6 +50,9 @@ class MpiWorld {
   int size() const { return size_; }
   MPI_Comm comm() const { return MPI_COMM_WORLD; }
   std::string hostname() const;
+  // Every rank's `s`, in rank order, on every rank. Collective (host_collectives.hpp's, over the
+  // world before any MpiCommunicator exists).
+  std::vector<std::string> all_gather(const std::string& s) const;
 
   // Every rank passes its own error ("" = none). Collective: returns on every rank the error of
   // the lowest-numbered failing rank, prefixed with that rank when the world has more than one

@@ -10,8 +10,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "parallel/host_collectives.hpp"
-
 namespace loom {
 namespace {
 
@@ -137,13 +135,11 @@ CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int t
   return t;
 }
 
-ThreadChoice settle_cpu_threads(MPI_Comm world, bool apply) {
+ThreadChoice settle_cpu_threads(const AllGather& all_gather, int rank, bool apply) {
   char host[64] = {};
   gethostname(host, sizeof host - 1);  // as gather_hostnames (rank_reports.cpp) names it
-  const std::vector<std::string> lines = parallel::all_gather_strings(world, cpu_affinity_line(host));
+  const std::vector<std::string> lines = all_gather(cpu_affinity_line(host));
   if (!apply) return {};
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
   const ThreadChoice c = choose_cpu_threads(lines, rank, omp_get_max_threads(), std::getenv("OMP_NUM_THREADS"));
   if (c.threads > 0) omp_set_num_threads(c.threads);
   return c;

@@ -12,8 +12,7 @@
 // binding), not the CPUs the machine has: 2 ranks in a 2-CPU container on a 64-CPU host share 2.
 // With OpenMP's binding on, a rank's CPUs are its OpenMP places' (the main thread is pinned to one).
 // A CPU quota (cgroup cpu.max) is not seen.
-#include <mpi.h>
-
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,13 +56,15 @@ std::string cpu_affinity_line(const std::string& host);
 // that rank's OpenMP thread count. Throws std::invalid_argument on a line without a tab.
 CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int threads_per_rank);
 
-// Collective over `world` at start, before anything runs OpenMP code (the data's checks do):
-// gathers every rank's affinity and, with `apply` (the CPU backend), applies choose_cpu_threads
-// to this rank (omp_set_num_threads) and returns the choice (the caller prints rank 0's note).
+// At start, before anything runs OpenMP code (the data's checks do): gathers every rank's
+// affinity with `all_gather` (a collective over the world: every rank's string, in rank order)
+// and, with `apply` (the CPU backend), applies choose_cpu_threads to `rank` (omp_set_num_threads)
+// and returns the choice (the caller prints rank 0's note).
 // Every rank calls it, whatever its backend: a rank alone asking for another one fails later,
 // agreed, instead of leaving the others in this collective. Only the calling thread's OpenMP
 // count is set (libgomp's counts are per thread): Loom's own threads (loader, checkpoint writer,
 // communicator) run no OpenMP code.
-ThreadChoice settle_cpu_threads(MPI_Comm world, bool apply);
+using AllGather = std::function<std::vector<std::string>(const std::string&)>;
+ThreadChoice settle_cpu_threads(const AllGather& all_gather, int rank, bool apply);
 
 }  // namespace loom

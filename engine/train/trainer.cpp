@@ -59,7 +59,9 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   // The CPU backend's OpenMP threads, before anything runs OpenMP code (the data's checks scan
   // every token). Collective on every rank, whatever its backend (cpu_threads.hpp).
   {
-    const ThreadChoice threads = settle_cpu_threads(groups.world().comm(), r_.train.backend == "cpu");
+    const ThreadChoice threads = settle_cpu_threads(
+        [&](const std::string& s) { return parallel::all_gather_strings(groups.world(), s); }, rank_,
+        r_.train.backend == "cpu");
     cpu_threads_note_ = threads.note;
     const char* env = std::getenv("OMP_NUM_THREADS");
     if (r_.train.backend == "cpu")
