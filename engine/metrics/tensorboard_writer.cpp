@@ -110,6 +110,11 @@ double now_s() {
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resume_step) {
   std::filesystem::create_directories(dir);
+  // An earlier session's event files: a fresh start (step 0) over them supersedes their points
+  // too, as metrics.jsonl's marker says for its rows.
+  bool earlier = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    earlier = earlier || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   const double t = now_s();
@@ -129,7 +134,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resume_step
     write(tb::encode_file_version_event(t));
     // TensorBoard keeps the points below a START's step (event_accumulator's purge: step < START).
     // Scalars go at the number of steps done, so resume_step's point is the checkpoint's last.
-    if (resume_step > 0) write(tb::encode_session_start_event(t, resume_step + 1));
+    if (resume_step > 0 || earlier) write(tb::encode_session_start_event(t, resume_step + 1));
   } catch (...) {
     // The destructor will not run: close the file, and remove it (this writer just made it, and
     // it holds no complete step).

@@ -33,10 +33,11 @@ class TensorBoardWriter {
  public:
   // Creates a new events.out.tfevents.<unix seconds>.<host>.<pid>.<n> in `dir` (created if needed;
   // n is 0 unless this process made one in the same second: never an existing file)
-  // and writes the file_version record. `resume_step` > 0 (the steps done when this session
-  // began) also writes a session start at resume_step + 1, the first step this session writes:
-  // TensorBoard then drops the earlier sessions' points from there on (trained past the
-  // checkpoint and lost) and keeps resume_step's own, which the checkpoint holds.
+  // and writes the file_version record. A resumed session (`resume_step` > 0: the steps done
+  // when it began), or any session in a directory that holds event files already, also writes a
+  // session start at resume_step + 1, the first step this session writes: TensorBoard then drops
+  // the earlier sessions' points from there on (trained past the checkpoint and lost, or a
+  // fresh start's predecessor) and keeps resume_step's own, which the checkpoint holds.
   TensorBoardWriter(const std::string& dir, int64_t resume_step = 0);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
