@@ -3,6 +3,8 @@
 // layout ranked; before anything is submitted (docs/plan.md). No MPI.
 #include <cstdio>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "engine/cli/commands.hpp"
 #include "engine/config/recipe_io.hpp"
@@ -12,7 +14,18 @@ namespace loom::cli {
 
 int cmd_plan(const PlanArgs& a) {
   try {
-    Recipe r = load_recipe(a.recipe.recipe, a.recipe.sets);
+    Recipe r;
+    if (a.search) {
+      // The search picks the micro-batch too: the recipe's own must not be refused for not
+      // dividing an explicit train.global_batch (the recipe rules' check). It is read with
+      // micro_batch 1, and as written where train.global_batch is auto (micro_batch x dp).
+      std::vector<std::string> sets = a.recipe.sets;
+      sets.push_back("train.micro_batch=1");
+      r = load_recipe(a.recipe.recipe, sets);
+      if (r.train.global_batch <= 0) r = load_recipe(a.recipe.recipe, a.recipe.sets);
+    } else {
+      r = load_recipe(a.recipe.recipe, a.recipe.sets);
+    }
     Cluster c;
     c.nodes = a.nodes;
     c.per_node = a.per_node;

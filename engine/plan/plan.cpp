@@ -287,29 +287,37 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   // Pipeline: one activation forward and one gradient backward per micro-batch per boundary.
   p.pp_comm_s = pp > 1 ? accum * 2.0 * (al(pp_in) * 1e-6 + act_msg / (bw(pp_in) * 1e9)) : 0;
   p.pp_bytes = pp > 1 ? accum * 2.0 * act_msg : 0;
-  // Data parallelism: the gradients all-reduced (ZeRO-1: reduce-scattered, then the parameters
-  // all-gathered: the same volume), overlapped with the last micro-batch's backward (2/3 of its
-  // compute); what does not fit behind it is exposed.
-  const double grad_bytes = double(largest_params) * 4;
+  // Data parallelism: the gradients reduced in parallel.grad_reduce_dtype, overlapped with the
+  // last micro-batch's backward (2/3 of its compute); what does not fit behind it is exposed.
+  // Zero 0 all-reduces them. ZeRO-1 reduce-scatters them the same way, then all-gathers the
+  // updated fp32 parameters after the step, exposed (nothing is left to hide it behind).
+  const double grad_bytes = double(largest_params) * (r.parallel.grad_reduce_dtype == "bf16" ? 2 : 4);
   const double dp_s = all_reduce_s(grad_bytes, dp, bw(dp_in), al(dp_in));
+  const double hidden = r.parallel.overlap_grad_reduce ? per_micro * 2.0 / 3.0 : 0;
   p.dp_bytes = dp > 1 ? 2.0 * (dp - 1) / dp * grad_bytes : 0;
-  p.dp_comm_exposed_s = r.parallel.overlap_grad_reduce ? std::max(0.0, dp_s - per_micro * 2.0 / 3.0) : dp_s;
+  p.dp_comm_exposed_s = std::max(0.0, dp_s - hidden);
+  if (r.parallel.zero == 1 && dp > 1) {
+    const double fp32_bytes = double(largest_params) * 4;
+    p.dp_bytes = (dp - 1.0) / dp * (grad_bytes + fp32_bytes);
+    p.dp_comm_exposed_s = std::max(0.0, dp_s / 2 - hidden) + all_reduce_s(fp32_bytes, dp, bw(dp_in), al(dp_in)) / 2;
+  }
   if (r.parallel.zero >= 2 && dp > 1) {
     // Every micro-batch reduce-scatters its gradients (half an all-reduce's bytes), hidden behind
-    // that micro-batch's backward; zero 3 also gathers the parameters (compute dtype) for its
-    // forward and again for its backward, hidden behind the compute with prefetch, exposed without.
+    // that micro-batch's backward. ZeRO-2 then all-gathers the updated parameters once, after the
+    // step (exposed); zero 3 gathers them (compute dtype) for every micro-batch's forward and
+    // again for its backward, hidden behind the compute with prefetch, exposed without.
     const double rs_s = dp_s / 2, param_bytes = double(largest_params) * act_bytes;
     const double ag_s = all_reduce_s(param_bytes, dp, bw(dp_in), al(dp_in)) / 2;
-    double exposed = std::max(0.0, rs_s - per_micro * 2.0 / 3.0);
+    double per_micro_exposed = std::max(0.0, rs_s - per_micro * 2.0 / 3.0), per_step_exposed = 0;
     p.dp_bytes = accum * (dp - 1.0) / dp * grad_bytes;
     if (r.parallel.zero == 2) {
-      exposed += ag_s;  // the updated parameters, after the step
+      per_step_exposed = ag_s;
       p.dp_bytes += (dp - 1.0) / dp * param_bytes;
     } else {
-      exposed += r.parallel.prefetch ? std::max(0.0, 2 * ag_s - per_micro) : 2 * ag_s;
+      per_micro_exposed += r.parallel.prefetch ? std::max(0.0, 2 * ag_s - per_micro) : 2 * ag_s;
       p.dp_bytes += accum * 2.0 * (dp - 1) / dp * param_bytes;
     }
-    p.dp_comm_exposed_s = accum * exposed;
+    p.dp_comm_exposed_s = accum * per_micro_exposed + per_step_exposed;
   }
   p.step_s = p.compute_s + p.bubble_s + p.tp_comm_s + p.pp_comm_s + p.dp_comm_exposed_s;
   p.tokens_per_s = tokens / p.step_s;

@@ -17,6 +17,12 @@ for r in gpt2-124m gpt2-1558m; do
   sed -n 3p "$WORK/search.txt" | grep -q " yes$" || fail "plan --search $r: the best layout does not fit: $(sed -n 2,3p "$WORK/search.txt")"
   echo "ok plan --search $r on 3 GPUs: $(sed -n 3p "$WORK/search.txt" | tr -s ' ')"
 done
+# The recipe's own micro_batch (16) need not divide the global batch searched (8): the search
+# picks the micro-batch.
+"$LOOM" plan "$SRC/configs/gpt2-124m.yaml" --nodes 1 --gpus-per-node 8 --gpu h100-80g --search \
+  --set train.global_batch=8 > "$WORK/small.txt" 2>&1 || fail "plan --search at global batch 8: $(head -3 "$WORK/small.txt")"
+grep -q "^plan --search: [1-9][0-9]* layouts for 1 node(s) x 8 h100-80g, global batch 8 " "$WORK/small.txt" ||
+  fail "plan --search at global batch 8: $(head -2 "$WORK/small.txt")"
 # No layout at all: an error (exit 2), not an empty table and exit 0.
 set +e
 "$LOOM" plan "$SRC/configs/tiny.yaml" --set train.global_batch=7 --set train.micro_batch=1 --gpus-per-node 3 --gpu cpu \

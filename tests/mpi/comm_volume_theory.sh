@@ -10,7 +10,9 @@
 #              backward), one each for the embedding's forward and the head's backward, and the
 #              vocabulary-parallel loss's 3 B*T floats;
 #   pp 2:      per micro-batch one activation sent and one gradient received (B*T*C each), and the
-#              tied embedding's gradient all-reduced between the two stages.
+#              tied embedding's gradient all-reduced between the two stages;
+#   zero 1 with bf16 reduction: the reduce-scatter of P/2, the fp32 all-gather of P.
+# `loom plan`'s data-parallel volume for each dp layout must be the run's (docs/plan.md).
 source "$(dirname "$0")/../cli/common.sh"
 corpus
 cd "$SRC"
@@ -20,6 +22,9 @@ train() {  # name ranks overrides...
   shift 2
   mpi -np "$np" "$LOOM" train configs/tiny.yaml --set train.steps=3 --set log.every=1 --set log.eval_every=0 \
     --set log.dir="$WORK/$name" "$@" > "$WORK/$name.out" || { cat "$WORK/$name.out"; fail "$name: loom train failed"; }
+  # What `loom plan` predicts for the same layout's data-parallel volume (MB per rank, 1 decimal).
+  "$LOOM" plan configs/tiny.yaml --nodes 1 --gpus-per-node "$np" --gpu cpu "$@" |
+    sed -n "s/.*dp comm exposed [0-9.]* ms (\([0-9.]*\) MB per rank).*/$name \1/p" >> "$WORK/plan.txt"
 }
 train single 1
 train dp2_zero0 2 --set train.global_batch=16
@@ -31,6 +36,8 @@ for z in 2 3; do  # the stages this build's recipes accept
     stages="$stages $z"
   fi
 done
+# bf16 gradient reduction under ZeRO-1: the reduce-scatter in bf16, the parameters' all-gather fp32.
+train dp2_zero1_bf16 2 --set train.global_batch=16 --set parallel.zero=1 --set parallel.grad_reduce_dtype=bf16
 train tp2 2 --set parallel.tp=2
 train pp2 2 --set parallel.pp=2
 python3 - "$WORK" $stages <<'PY'
@@ -66,6 +73,16 @@ for z in stages:
     else:  # units and buckets may part the buffer differently: within 0.5%
         near(r["comm_allgather_mb"] + r["comm_reducescatter_mb"], 3 * P, "dp 2 zero 3: all-gather + reduce-scatter = 3P", 5e-3)
         near(r["comm_wire_mb"], 1.5 * wire[0] * MB, "dp 2 zero 3: wire = 1.5 x zero 0's", 5e-3)
+r = last("dp2_zero1_bf16")
+near(r["comm_reducescatter_mb"], P / 2, "dp 2 zero 1 bf16 reduction: reduce-scatter payload = P/2")
+near(r["comm_allgather_mb"], P, "dp 2 zero 1 bf16 reduction: all-gather payload = P (fp32)")
+near(r["comm_wire_mb"], 0.75 * P, "dp 2 zero 1 bf16 reduction: wire = (p-1)/p (P/2 + P)")
+# loom plan's data-parallel volume for the same layouts (it prints 1 decimal).
+plan = dict(line.split() for line in open(f"{work}/plan.txt"))
+for name in [f"dp2_zero{z}" for z in stages] + ["dp2_zero1_bf16"]:
+    got, want = float(plan[name]), last(name)["comm_wire_mb"]
+    print(f"{name}: loom plan predicts {got} MB per rank of data-parallel traffic, the run sent {want:.3f}")
+    assert abs(got - want) <= 0.051, f"{name}: loom plan's {got} MB against the run's {want} MB"
 BTC, N = B * T * C, B * T
 t = last("tp2")
 near(t["comm_wire_mb"], accum1 * 4 * ((4 * L + 2) * BTC + 3 * N), "tp 2: (4L + 2) B*T*C + 3 B*T floats per micro-batch")
