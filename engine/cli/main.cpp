@@ -14,6 +14,15 @@ int main(int argc, char** argv) {
   CLI::App app{"loom: distributed GPT training on CPUs and GPUs. Run `loom SUBCOMMAND --help` for details."};
   // Counts, with their bounds printed as integers (CLI::PositiveNumber's are doubles: "0.000000 to 1.79e308").
   const CLI::Range kCount0(0, INT_MAX), kCount1(1, INT_MAX);
+  // Seeds: 0 to 2^64 - 1 (CLI11 wraps "-1" into an unsigned option and saturates past the range).
+  const CLI::Validator kSeed(
+      [](std::string& v) -> std::string {
+        if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string::npos ||
+            (v.size() == 20 && v > "18446744073709551615"))
+          return "expected an integer from 0 to 18446744073709551615, got '" + v + "'";
+        return "";
+      },
+      "UINT64");
   const char* kLoraBaseHelp =
       "a LoRA checkpoint's frozen base, where it is now if it moved since the run (default: the manifest's model.base; "
       "checked against the fingerprint recorded)";
@@ -68,7 +77,7 @@ int main(int argc, char** argv) {
                        ? std::string()
                        : "expected a positive whole number of tokens, not '" + v + "'";
           }),
-      prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str()};
+      prep->add_option("--seed", prep_opts.seed, "seed of the val split")->capture_default_str()->check(kSeed)};
   prep->callback([prep_check, prep_only] {
     if (!prep_check->count()) return;
     for (auto* opt : prep_only)
@@ -78,7 +87,7 @@ int main(int argc, char** argv) {
   });
 
   CLI::App* ckpt = app.add_subcommand("ckpt", "checkpoints: inspect");
-  ckpt->require_subcommand(1);
+  ckpt->require_subcommand(0, 1);  // none: said below (CLI11's own message hides an unknown word)
   CLI::App* inspect = ckpt->add_subcommand("inspect", "verify a checkpoint and list its tensors, layout, step and recipe");
   std::string ckpt_dir;
   inspect->add_option("dir", ckpt_dir, "a checkpoint directory, or a checkpoint.dir (its newest)")->required();
@@ -123,7 +132,7 @@ int main(int argc, char** argv) {
   sample->add_option("--temperature", sample_args.temperature, "softmax temperature; 0: greedy")->capture_default_str();
   sample->add_option("--top-k", sample_args.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   sample->add_option("--top-p", sample_args.top_p, "nucleus: the most likely tokens holding this probability")->capture_default_str();
-  sample->add_option("--seed", sample_args.seed, "random seed (same seed, same text)")->capture_default_str();
+  sample->add_option("--seed", sample_args.seed, "random seed (same seed, same text)")->capture_default_str()->check(kSeed);
   sample->add_flag("!--no-kv-cache", sample_args.kv_cache, "recompute the whole sequence for every token (baseline)");
   sample->add_flag("!--no-echo", sample_args.echo_prompt, "do not print the prompt before the continuation");
   sample->add_flag("--ignore-eot", sample_args.ignore_eot, "keep going past an end-of-text token");
@@ -159,7 +168,7 @@ int main(int argc, char** argv) {
   plan->add_option("--top", plan_args.top, "rows of the --search table")->check(CLI::Range(1, 1000000))->capture_default_str();
 
   CLI::App* bench = app.add_subcommand("bench", "benchmarks: gemm (the CPU's sgemm rate), comm (collectives)");
-  bench->require_subcommand(1);
+  bench->require_subcommand(0, 1);  // as ckpt
   CLI::App* gemm = bench->add_subcommand("gemm", "measure the CPU's gemm GFLOP/s at fp32 or bf16 (the CPU MFU peak)");
   int gemm_n = 2048, gemm_reps = 5;
   std::string gemm_dtype = "fp32";
@@ -214,6 +223,15 @@ int main(int argc, char** argv) {
                 loom::backend_availability().c_str());
     return 0;
   }
+  // `loom ckpt` / `loom bench` alone. (With require_subcommand(1), CLI11 also answered an unknown
+  // word, `loom bench foo`, with "A subcommand is required"; now the word is named as not expected.)
+  for (const auto& [group, subs] : {std::pair<CLI::App*, const char*>{ckpt, "inspect"}, {bench, "gemm or comm"}})
+    if (*group && group->get_subcommands().empty()) {
+      if (loom::parallel::launcher_rank() == 0)
+        std::fprintf(stderr, "loom %s: a subcommand is required: %s (loom %s --help)\n", group->get_name().c_str(), subs,
+                     group->get_name().c_str());
+      return 2;
+    }
   if (*train) return cmd_train(train_args, &argc, &argv);
   if (*config) {
     if (!keys && config_args.recipe.empty()) {

@@ -85,7 +85,14 @@ std::string node_kind(const YAML::Node& n) {
   if (n.IsMap()) return "a mapping";
   if (n.IsSequence()) return "a list";
   if (n.IsNull()) return "nothing";
-  return "'" + n.Scalar() + "'";
+  // A scalar as written, cut short: a text file given as the recipe is one long scalar.
+  const std::string& v = n.Scalar();
+  if (v.size() > 80) {
+    size_t cut = 60;
+    while (cut > 0 && (static_cast<unsigned char>(v[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+    return "'" + v.substr(0, cut) + "...' (a text of " + std::to_string(v.size()) + " bytes)";
+  }
+  return "'" + v + "'";
 }
 
 void apply(Recipe& r, const Setting& s) {

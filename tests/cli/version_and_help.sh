@@ -22,4 +22,18 @@ for args in "gemm -n -5" "gemm -n 0" "gemm -n 100000" "gemm --reps 0" "comm --mi
   grep -qE -- "-n|--reps|-bytes" <<<"$out" || fail "loom bench $args: no option named: $out"
   grep -q "terminate\|bad_alloc" <<<"$out" && fail "loom bench $args: $out"
 done
+# An unknown word under a subcommand group is named (it was "A subcommand is required"), the
+# group alone says which subcommands it has; seeds out of 0..2^64-1 are refused (-1 wrapped).
+for args in "bench foo:was not expected: foo" "ckpt foo:was not expected: foo" \
+            "bench:loom bench: a subcommand is required: gemm or comm" "ckpt:loom ckpt: a subcommand is required: inspect" \
+            "prep --out $WORK/p --seed -1 $SRC/README.md:--seed: expected an integer from 0 to 18446744073709551615, got '-1'" \
+            "sample x --seed 18446744073709551616:--seed: expected an integer from 0 to 18446744073709551615"; do
+  set +e
+  # shellcheck disable=SC2086
+  out=$("$LOOM" ${args%%:*} 2>&1); rc=$?
+  set -e
+  [ "$rc" = 2 ] || fail "loom ${args%%:*} exited $rc, expected 2: $out"
+  grep -qF -- "${args#*:}" <<<"$out" || fail "loom ${args%%:*}: $out"
+done
+[ ! -e "$WORK/p" ] || fail "loom prep --seed -1 made its output"
 echo PASS

@@ -140,6 +140,9 @@ TEST_CASE("malformed recipes and overrides are rejected with their place and the
       {"yaml_syntax", "model:\n  n_layer: [1, 2\n", {}, 1, {"yaml_syntax.yaml:", "YAML syntax error"}},
       {"empty_file", "", {}, 1, {"empty_file.yaml: the recipe is empty"}},
       {"not_a_mapping", "- model\n- train\n", {}, 1, {"expected a mapping of sections"}},
+      // A text file given as the recipe: one long scalar, cut short in the message (it was echoed whole).
+      {"a_text_file", std::string(3000, 'w') + " and more words\n", {}, 1,
+       {"expected a mapping of sections", "got '" + std::string(60, 'w') + "...' (a text of 3015 bytes)"}},
       {"section_not_mapping", "model: 12\n", {}, 1, {":1:1:", "section 'model' must be a mapping of keys, got '12'"}},
       {"duplicate_key", "model:\n  n_layer: 2\n  n_layer: 3\n", {}, 1, {":3:3:", "duplicate key 'model.n_layer'"}},
       {"override_unknown_key", g, {"train.stepz=5"}, 1,
