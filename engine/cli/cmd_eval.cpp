@@ -75,8 +75,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   const int dp = world.size();
   // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says; before
   // anything runs OpenMP code (the data's and the model's checks). Collective on every rank.
-  const auto gather = [&](const std::string& s) { return world.all_gather(s); };
-  if (const std::string note = settle_cpu_threads(gather, world.rank(), a.backend == "cpu").note; lead && !note.empty())
+  if (const std::string note = settle_cpu_threads(world, a.backend == "cpu").note; lead && !note.empty())
     std::fprintf(stderr, "%s\n", note.c_str());
   // What each rank opens on its own, then the process groups (collective), then the rest: a rank
   // that fails alone (a node without the file system) ends every rank (agreed_step.hpp).

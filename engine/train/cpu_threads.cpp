@@ -10,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "parallel/mpi_world.hpp"
+
 namespace loom {
 namespace {
 
@@ -73,11 +75,14 @@ ThreadChoice choose_cpu_threads(const std::vector<std::string>& lines, int rank,
   CpuThreads t = cpu_threads_of(lines, rank, threads_now);
   ThreadChoice c;
   const int fit = fitting_threads(t);
-  if ((omp_num_threads_env && *omp_num_threads_env) || fit < 1 || fit >= threads_now) {
+  const bool set = omp_num_threads_env && *omp_num_threads_env;
+  if (set || fit < 1 || fit >= threads_now) {
     c.note = cpu_oversubscription_note(t);
+    if (set) c.source = "OMP_NUM_THREADS";
     return c;
   }
   c.threads = fit;
+  c.source = "cores";
   t.threads_per_rank = fit;
   const bool one = t.ranks_on_node == 1;
   c.note = "loom: note: OMP_NUM_THREADS is not set: " + count(fit, "OpenMP thread", "OpenMP threads") +
@@ -143,6 +148,10 @@ ThreadChoice settle_cpu_threads(const AllGather& all_gather, int rank, bool appl
   const ThreadChoice c = choose_cpu_threads(lines, rank, omp_get_max_threads(), std::getenv("OMP_NUM_THREADS"));
   if (c.threads > 0) omp_set_num_threads(c.threads);
   return c;
+}
+
+ThreadChoice settle_cpu_threads(const parallel::MpiWorld& world, bool apply) {
+  return settle_cpu_threads([&](const std::string& s) { return world.all_gather(s); }, world.rank(), apply);
 }
 
 }  // namespace loom

@@ -17,6 +17,9 @@
 #include <vector>
 
 namespace loom {
+namespace parallel {
+class MpiWorld;
+}
 
 struct CpuThreads {
   std::string host;
@@ -37,6 +40,9 @@ int fitting_threads(const CpuThreads& t);
 struct ThreadChoice {
   int threads = 0;   // the OpenMP threads this rank is to run; 0: keep what it runs
   std::string note;  // for rank 0 to print: what was chosen, or the oversubscription note; "" if none
+  // Where the count comes from (run.json): "cores" (chosen here), "OMP_NUM_THREADS" or "OpenMP"
+  // (its default, which already fits).
+  std::string source = "OpenMP";
 };
 
 // What rank `rank` runs, from every rank's cpu_affinity_line, the OpenMP threads it runs now
@@ -66,5 +72,7 @@ CpuThreads cpu_threads_of(const std::vector<std::string>& lines, int rank, int t
 // communicator) run no OpenMP code.
 using AllGather = std::function<std::vector<std::string>(const std::string&)>;
 ThreadChoice settle_cpu_threads(const AllGather& all_gather, int rank, bool apply);
+// The same over the whole job's world, for the commands that have no process groups yet.
+ThreadChoice settle_cpu_threads(const parallel::MpiWorld& world, bool apply);
 
 }  // namespace loom

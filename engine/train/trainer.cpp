@@ -63,10 +63,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
         [&](const std::string& s) { return parallel::all_gather_strings(groups.world(), s); }, rank_,
         r_.train.backend == "cpu");
     cpu_threads_note_ = threads.note;
-    const char* env = std::getenv("OMP_NUM_THREADS");
-    if (r_.train.backend == "cpu")
-      cpu_threads_ = {{"per_rank", omp_get_max_threads()},
-                      {"source", threads.threads > 0 ? "cores" : env && *env ? "OMP_NUM_THREADS" : "OpenMP"}};
+    if (r_.train.backend == "cpu") cpu_threads_ = {{"per_rank", omp_get_max_threads()}, {"source", threads.source}};
   }
   // Data first: a bad path or shard is reported before any model memory is allocated.
   const auto& m = r_.model;
