@@ -14,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "kernels/dtype.hpp"
 
@@ -108,6 +109,32 @@ class Backend {
 
 // The CPU reference backend (Eigen + OpenBLAS + OpenMP). Always available.
 std::unique_ptr<Backend> make_cpu_backend();
+
+// The fp32 scratch the CPU backend's 16-bit ops keep once a model has run a forward and a
+// backward pass (per-thread buffers that grow to the largest op's need and stay), on this
+// machine: where oneDNN cannot run the dtype's matmuls (bf16 before AVX512_BF16, fp16 before
+// AVX512_FP16), every linear layer's input, weight and output widened to fp32 on the calling
+// thread, and attention widened head by head on every thread (about 2 T^2 floats each); with
+// oneDNN's bf16 attention, its score and d(score) blocks on the calling thread; on every
+// thread, rows of LayerNorm and of the logits. None for fp32. loom plan's CPU workspace.
+struct CpuLinearShape {
+  int in = 0, out = 0;
+  bool bias = true;  // a bias in the forward
+  bool dinp = true;  // an input gradient in the backward
+};
+struct CpuScratchShapes {
+  DType compute = DType::f32;
+  int threads = 1;                      // OpenMP threads of the rank
+  int rows = 0;                         // the linear layers' rows: micro-batch x sequence
+  std::vector<CpuLinearShape> linears;  // each distinct shape once is enough
+  int batch = 0, seq = 0, heads = 0;    // attention: the rank's heads
+  int attention_width = 0;              // the rank's heads x head size
+  int width = 0;                        // d_model: LayerNorm and the embeddings
+  int logits_row = 0;                   // the rank's padded vocabulary columns (0: no loss here)
+};
+size_t cpu_scratch_bytes(const CpuScratchShapes& s);
+// What the CPU backend's fp32 scratch holds now, over all threads (for the test of the above).
+size_t cpu_scratch_held_bytes();
 
 // Measured single-precision gemm rate of this machine: the best of `reps` n x n x n products, FLOP/s.
 double measure_sgemm_flops(int n, int reps);

@@ -182,6 +182,18 @@ void ring_all_reduce(MPI_Comm comm, TypedPtr buf, size_t n, ReduceOp op, HalfRed
   narrow_from_fp32(f.get(), buf, n);
 }
 
+size_t ring_round_elems(size_t largest, int p, DType work, const RingOptions& o) {
+  const size_t window_elems = 2 * size_t(std::max(1, o.in_flight)) * segment_elems(o, work);
+  return std::min(largest, std::max(window_elems, (kRingRoundBytes / size_t(std::max(1, p))) / dtype_size(work)));
+}
+
+size_t ring_reduce_scatter_scratch_bytes(size_t largest, int p, DType work, const RingOptions& o) {
+  if (p <= 1 || largest == 0) return 0;
+  const size_t es = dtype_size(work);
+  return size_t(p) * ring_round_elems(largest, p, work, o) * es +
+         size_t(std::max(1, o.in_flight)) * segment_elems(o, work) * es;  // ring_core's receive slots
+}
+
 void ring_reduce_scatter(MPI_Comm comm, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
                          HalfReduce how, const RingOptions& o) {
   check_same_dtype(send.dtype, recv.dtype, "ring_reduce_scatter");
@@ -210,8 +222,7 @@ void ring_reduce_scatter(MPI_Comm comm, ConstTypedPtr send, TypedPtr recv, const
   // ring (Open MPI 4.1) allocates one as large as the whole message.
   const DType wt = t == DType::f32 || how == HalfReduce::UserOp ? t : DType::f32;
   const size_t wes = dtype_size(wt);
-  const size_t window_elems = 2 * size_t(std::max(1, o.in_flight)) * segment_elems(o, wt);
-  const size_t R = std::min(largest, std::max(window_elems, (kRingRoundBytes / size_t(p)) / wes));
+  const size_t R = ring_round_elems(largest, p, wt, o);
   std::unique_ptr<char[]> work(new char[size_t(p) * R * wes]);
   std::vector<size_t> part(static_cast<size_t>(p));
   for (size_t lo = 0; lo < largest; lo += R) {

@@ -62,5 +62,13 @@ constexpr size_t kRingRoundBytes = size_t(4) << 20;
 void ring_reduce_scatter(MPI_Comm comm, ConstTypedPtr send, TypedPtr recv, const std::vector<size_t>& counts,
                          HalfReduce how, const RingOptions& o = default_ring_options());
 
+// The elements of every part one round of ring_reduce_scatter takes (its work buffer holds p of
+// them), for a largest part of `largest` elements reduced in the `work` dtype (fp32 where halves
+// are reduced through fp32).
+size_t ring_round_elems(size_t largest, int p, DType work, const RingOptions& o);
+// What a ring_reduce_scatter call allocates while it runs (bytes): the round's work buffer and
+// ring_core's receive slots. loom plan counts it at ZeRO-2/3, whose reduce-scatters run during
+// the backward pass.
+size_t ring_reduce_scatter_scratch_bytes(size_t largest, int p, DType work, const RingOptions& o);
 
 }  // namespace loom::parallel

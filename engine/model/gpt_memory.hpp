@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/model/gpt_shape.hpp"
+#include "kernels/backend.hpp"
 
 namespace loom {
 
@@ -71,6 +73,33 @@ inline GptActivationBytes gpt_activation_bytes(const GptShape& s, int micro_batc
              (stage_layers > 0 ? shared_layer + lora_shared : 0);
   a.ints = 4 * 2 * N * size_t(slots);
   return a;
+}
+
+// The ops one rank of the model runs, as the CPU backend's scratch estimate takes them
+// (cpu_scratch_bytes in kernels/backend.hpp): the block's four linear layers as tp cuts them,
+// LoRA's adapters, the tied LM head on the last stage, attention over the rank's heads.
+inline CpuScratchShapes gpt_cpu_scratch_shapes(const GptShape& s, int micro_batch, int tp, int stage_layers,
+                                               bool last_stage, DType compute, int threads) {
+  const int C = s.d_model, Ct = C / tp;
+  CpuScratchShapes o;
+  o.compute = compute;
+  o.threads = threads;
+  o.rows = micro_batch * s.seq_len;
+  o.width = C;
+  if (stage_layers > 0) {
+    o.linears = {{C, 3 * Ct}, {Ct, C}, {C, 4 * Ct}, {4 * Ct, C}};  // qkv, attn.proj, mlp.fc, mlp.proj
+    if (s.lora.on())
+      for (const CpuLinearShape base : std::vector<CpuLinearShape>(o.linears)) {
+        o.linears.push_back({base.in, s.lora.rank, false, true});
+        o.linears.push_back({s.lora.rank, base.out, false, true});
+      }
+    o.batch = micro_batch, o.seq = s.seq_len, o.heads = s.n_head / tp, o.attention_width = Ct;
+  }
+  if (last_stage) {
+    o.linears.push_back({C, s.vocab_pad / tp, false, true});
+    o.logits_row = s.vocab_pad / tp;
+  }
+  return o;
 }
 
 class ParamTable;

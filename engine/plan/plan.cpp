@@ -1,38 +1,135 @@
 #include "engine/plan/plan.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <map>
 #include <stdexcept>
 
 #include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/param_table.hpp"
+#include "engine/optim/sharded_state.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "kernels/backend.hpp"
+#include "parallel/mpi_communicator.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "parallel/ring_allreduce.hpp"
 
 namespace loom {
 namespace {
 
 constexpr double MB = 1024.0 * 1024.0;
 
-// ZeRO-2/3's per-unit buffers on one stage, in elements, at the most their caches hold
+// ZeRO-2/3's per-unit buffers on one stage, at the most their caches hold
 // (engine/optim/buffer_cache.hpp keeps every buffer for reuse by exact size, so what it holds is,
-// per unit size, the most buffers of that size ever live at once; engine/model/gpt.cpp says when
+// per buffer size, the most buffers of that size ever live at once; engine/model/gpt.cpp says when
 // the model asks for what, engine/optim/sharded_state.cpp when the storage lets go):
-//   weights (zero 3): the embedding and ln_f (both live in the head, from its forward to its
-//     backward) and two blocks (the one in use and the next one's prefetched gather; one without
-//     prefetch);
-//   gradients: the embedding's (live through backward; twice with accumulation, when a
-//     micro-batch's head starts a new one while the previous micro-batch's is still reducing,
-//     unless it is a pipeline's tied copy, kept over the step), ln_f's and three blocks' (one
-//     computing, two reducing);
-//   receive parts for the second and later micro-batches: ln_f's, the embedding's and two
-//     blocks' parts (1/dp of each).
+//   weights (zero 3, elements): the embedding and ln_f (both live in the head, from its forward
+//     to its backward) and two blocks (the one in use and the next one's prefetched gather; one
+//     without prefetch);
+//   grads (bytes): the units' fp32 gradient buffers; staging (bytes): the reductions' receive
+//     parts (after a unit's first micro-batch, or in 16 bits) and 16-bit copies. Both replayed
+//     from ShardedState's order over a step (replay_gradients below), not estimated.
 struct UnitPeaks {
-  double weights = 0, grads = 0, recv = 0;
+  double weights = 0;
+  double grads = 0, staging = 0;
+  double largest = 0;  // elements of the largest unit (one reduce-scatter)
 };
-UnitPeaks unit_peaks(const std::vector<ParamUnit>& units, bool prefetch, int accum, bool tied, int dp) {
+
+// BufferCache's arithmetic: what it holds, per buffer size, is the most ever live at once.
+class CacheModel {
+ public:
+  void take(size_t bytes) {
+    Count& c = by_size_[bytes];
+    if (++c.live > c.held) c.held = c.live;
+  }
+  void give(size_t bytes) { --by_size_[bytes].live; }
+  double held_bytes() const {
+    double b = 0;
+    for (const auto& [bytes, c] : by_size_) b += double(bytes) * c.held;
+    return b;
+  }
+
+ private:
+  struct Count {
+    int live = 0, held = 0;
+  };
+  std::map<size_t, Count> by_size_;
+};
+
+// One step of ShardedState's gradient side on a stage, as Gpt::backward drives it, micro-batch by
+// micro-batch: the head takes the embedding's and ln_f's buffers and finishes ln_f; each block,
+// last to first, takes its buffer and finishes it; the first stage's embedding lookup adds to the
+// embedding's, which finishes last (a pipeline's tied copy is held over the step and reduced at
+// its end). Finishing a unit starts its reduce-scatter once fewer than `in_flight` are running
+// (else the oldest completes first, giving its buffers back); a unit's first reduction of the
+// step goes straight into the fp32 shard, later ones (and every one in 16 bits) into a receive
+// part of the unit's shard size.
+void replay_gradients(const std::vector<ParamUnit>& units, bool first, bool last, bool tied, int accum, int dp,
+                      int in_flight, bool reduce16, CacheModel& grads, CacheModel& staging) {
+  int E = -1, F = -1;
+  std::vector<int> blocks;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].kind == ParamUnit::Embedding) E = int(u);
+    if (units[u].kind == ParamUnit::Final) F = int(u);
+    if (units[u].kind == ParamUnit::Block) blocks.push_back(int(u));
+  }
+  const int deferred = tied ? E : -1;
+  auto size = [&](int u) { return units[size_t(u)].size(); };
+  auto shard = [&](int u) { return std::max<size_t>((size(u) + size_t(dp) - 1) / size_t(dp), 1); };
+  struct Reduction {
+    int unit;
+    bool accumulate;
+  };
+  std::vector<Reduction> running;
+  std::vector<bool> held(units.size(), false), contributed(units.size(), false);
+  auto acquire = [&](int u) {
+    if (u < 0 || held[size_t(u)]) return;
+    held[size_t(u)] = true;
+    grads.take(size(u) * 4);
+  };
+  auto complete_oldest = [&] {
+    const Reduction r = running.front();
+    running.erase(running.begin());
+    if (r.accumulate && reduce16) {  // the received 16-bit sum widened before it is added
+      staging.take(shard(r.unit) * 4);
+      staging.give(shard(r.unit) * 4);
+    }
+    grads.give(size(r.unit) * 4);
+    if (reduce16) staging.give(size(r.unit) * 2);
+    if (r.accumulate || reduce16) staging.give(shard(r.unit) * (reduce16 ? 2 : 4));
+  };
+  auto start = [&](int u) {
+    while (int(running.size()) >= in_flight) complete_oldest();
+    held[size_t(u)] = false;
+    const bool accumulate = contributed[size_t(u)];
+    contributed[size_t(u)] = true;
+    if (reduce16) staging.take(size(u) * 2);
+    if (accumulate || reduce16) staging.take(shard(u) * (reduce16 ? 2 : 4));
+    running.push_back({u, accumulate});
+  };
+  for (int m = 0; m < accum; ++m) {
+    if (last) {
+      acquire(E);
+      acquire(F);
+      if (F >= 0) start(F);
+    }
+    for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+      acquire(*b);
+      start(*b);
+    }
+    if (first) acquire(E);
+    if (E >= 0 && (first || last) && E != deferred) start(E);
+  }
+  if (deferred >= 0 && held[size_t(deferred)]) start(deferred);
+  while (!running.empty()) complete_oldest();
+}
+
+UnitPeaks unit_peaks(const std::vector<ParamUnit>& units, const StageSpec& spec, bool prefetch, int accum, bool tied,
+                     int dp, bool reduce16) {
   double E = 0, F = 0, B = 0;
   int L = 0;
   for (const ParamUnit& u : units) {
@@ -42,8 +139,12 @@ UnitPeaks unit_peaks(const std::vector<ParamUnit>& units, bool prefetch, int acc
   }
   UnitPeaks p;
   p.weights = E + F + std::min(L, prefetch ? 2 : 1) * B;
-  p.grads = (accum > 1 && !tied ? 2 : 1) * E + F + std::min(L, 3) * B;
-  p.recv = accum > 1 ? ((tied ? 0 : E) + F + std::min(L, 2) * B) / dp : 0;
+  CacheModel grads, staging;
+  replay_gradients(units, spec.first, spec.last, tied, accum, dp, ShardedStateConfig{}.reductions_in_flight, reduce16,
+                   grads, staging);
+  p.grads = grads.held_bytes();
+  p.staging = staging.held_bytes();
+  p.largest = std::max({E, F, B});
   return p;
 }
 
@@ -57,6 +158,16 @@ double all_reduce_s(double bytes, int k, double gbs, double alpha_us) {
 // A group of `size` ranks `stride` apart (Megatron order: tp fastest, then dp, then pp) stays
 // inside a node when it spans no more than a node's ranks.
 bool intra_node(int size, int stride, int per_node) { return size <= 1 || size * stride <= per_node; }
+
+// The OpenMP threads a rank runs on this machine (engine/train/cpu_threads.hpp's choice):
+// OMP_NUM_THREADS where it is set, else the rank's share of the CPUs this process may run on.
+int cpu_threads_per_rank(int ranks_per_node) {
+  if (const char* v = std::getenv("OMP_NUM_THREADS"); v && std::atoi(v) > 0) return std::atoi(v);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::max(1, cpus / std::max(1, ranks_per_node));
+}
 
 }  // namespace
 
@@ -196,34 +307,59 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
       mem.comm_buffers = ((zero == 1 ? owned * (4 + (reduce16 ? 2 : 0)) : 0) + (reduce16 ? P * 2 : 0)) / MB;
     } else {
       // ZeRO-2/3 (engine/optim/sharded_state.hpp): per-unit buffers, at the most held at once.
-      const UnitPeaks u =
-          unit_peaks(param_units(table), r.parallel.prefetch, accum_max, pp > 1 && (spec.first || spec.last), dp);
+      const UnitPeaks u = unit_peaks(param_units(table), spec, r.parallel.prefetch, accum_max,
+                                     pp > 1 && (spec.first || spec.last), dp, reduce16);
       // zero 2: the model's flat parameters (and compute copy); zero 3: the fp32 master shard
       // (and its compute copy) and the gathered units, in the compute dtype.
       mem.params = (zero == 2 ? P * flat_bytes : owned * flat_bytes + u.weights * act_bytes) / MB +
                    frozen / MB;
       // The fp32 gradient shard and the units' fp32 gradient buffers.
-      mem.grads = (owned * 4 + u.grads * 4) / MB;
-      // Staging: fp32 receive parts for the second and later micro-batches; with bf16 reduction,
-      // bf16 copies of the units and bf16 receive parts for every micro-batch (approximately: the
-      // fp32 case is exact).
-      mem.comm_buffers = (reduce16 ? u.grads * 2 + u.grads / dp * 2 + u.recv * 4 : u.recv * 4) / MB;
-      unit_working = (zero == 3 ? u.weights * act_bytes : 0) + u.grads * 4 + mem.comm_buffers * MB;
+      mem.grads = (owned * 4 + u.grads) / MB;
+      // The reductions' receive parts and 16-bit copies.
+      mem.comm_buffers = u.staging / MB;
+      // A unit's reduce-scatter over host buffers (the CPU; NCCL's are its own), on the
+      // communication thread during the backward pass: the ring's bounded round buffer (in the
+      // reduction's dtype: halves are summed by the user op, kDefaultHalfReduce), or
+      // MPI_Reduce_scatter's own copy of the message (parallel.allreduce mpi, or auto below the
+      // ring's threshold). Chosen here for the whole unit; the communicator chooses per bucket,
+      // and a unit larger than parallel.bucket_mb goes in several, so this errs high.
+      if (dp > 1 && cl.device.cpu) {
+        const double msg = u.largest * (reduce16 ? 2 : 4);
+        const std::string& algo = r.parallel.allreduce;
+        const bool ring = algo != "mpi" && (algo != "auto" || msg >= double(parallel::kRingMinBytes));
+        const double reduce_scratch = ring ? double(parallel::ring_reduce_scatter_scratch_bytes(
+                                    size_t(std::ceil(u.largest / dp)), dp, reduce16 ? DType::bf16 : DType::f32,
+                                    parallel::default_ring_options(intra_node(dp, tp, cl.per_node))))
+                              : msg;
+        mem.comm_buffers += reduce_scratch / MB;
+      }
+      unit_working = (zero == 3 ? u.weights * act_bytes : 0) + u.grads + mem.comm_buffers * MB;
     }
     // Adam m and v (fp32); with optim.offload in host memory, with the master and a gradient copy.
     const bool offload = r.optim.offload == "cpu";
     mem.optimizer = offload ? 0 : owned * 8 / MB;
     mem.optimizer_host = offload ? owned * 16 / MB : 0;
     mem.activations = (double(a.total(in_flight)) + double(a.ints)) / MB;
-    mem.workspace = cl.device.cpu ? 0 : 32;  // cuBLASLt
+    // cuBLASLt's; on the CPU the 16-bit ops' fp32 scratch (kernels/cpu/scratch_need.hpp: large
+    // where oneDNN cannot run the dtype's matmuls, bf16 before AVX512_BF16 or fp16 before
+    // AVX512_FP16, and every linear layer widens). Worked out for the machine `loom plan` runs
+    // on (its oneDNN, its threads): the trainer's own check runs where the job runs.
+    const DType compute = r.train.precision == "bf16" ? DType::bf16 : r.train.precision == "fp16" ? DType::f16
+                                                                                               : DType::f32;
+    mem.workspace = cl.device.cpu ? double(cpu_scratch_bytes(gpt_cpu_scratch_shapes(
+                                        shape, B, tp, spec.n_layers, spec.last, compute,
+                                        cpu_threads_per_rank(cl.per_node)))) / MB
+                                  : 32;
     // Host staging: the initial parameters (a full copy while the optimizer is allocated), or a
     // checkpoint's snapshot of parameters and both moments (kept between saves), whichever is
     // larger; on GPUs it is host memory, not device memory.
     // (LoRA's frozen base goes in a tensor at a time before the optimizer exists: `loading` below.)
     double staging = (r.checkpoint.dir.empty() ? 4.0 : 12.0) * P / MB;
-    // ZeRO-2/3's per-unit buffers appear in the first step, after the initial copy is gone: the
-    // peak holds the larger of the two, not both (a checkpoint's snapshot does meet them).
-    if (zero >= 2 && r.checkpoint.dir.empty()) staging = std::max(0.0, staging - unit_working / MB);
+    // ZeRO-2/3's per-unit buffers and the CPU's scratch appear in the first step, after the
+    // initial copy is gone: the peak holds the larger of the two, not both (a checkpoint's
+    // snapshot does meet them).
+    const double step_transients = unit_working + (cl.device.cpu ? mem.workspace * MB : 0);
+    if (r.checkpoint.dir.empty()) staging = std::max(0.0, staging - step_transients / MB);
     mem.staging = cl.device.cpu ? staging : 0;
     mem.runtime = r.train.precision == "bf16" && cl.device.runtime_bf16_mb > 0 ? cl.device.runtime_bf16_mb
                                                                               : cl.device.runtime_mb;
@@ -244,7 +380,9 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
       in_flight_bytes = std::max(read, double(fl.host) * 4 + in_flight_bytes + read_frozen) + 4.0 * P;
     }
     const double held = (zero <= 2 ? P * flat_bytes : 0) + (zero <= 1 ? P * 4 : 0) + frozen;
-    mem.loading = held / MB + mem.activations + mem.workspace + mem.runtime + in_flight_bytes / MB;
+    // (The CPU's scratch comes with the first pass, after the loading.)
+    mem.loading =
+        held / MB + mem.activations + (cl.device.cpu ? 0 : mem.workspace) + mem.runtime + in_flight_bytes / MB;
     if (mem.total() > p.memory.total()) p.memory = mem;
   }
   const double capacity_mb = cl.device.memory_gb * 1024 / (cl.device.cpu ? cl.per_node : 1);

@@ -31,6 +31,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/eigen_maps.hpp"
 #include "kernels/cpu/onednn_gemm.hpp"
+#include "kernels/cpu/scratch_need.hpp"
 
 namespace loom::cpu {
 namespace {
@@ -313,9 +314,35 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* /*out: no
   }
 }
 
+// The slots the paths above take: oneDNN's (bf16) or the per-head widening.
+template <typename T>
+void attention_scratch(ScratchNeed& need, int B, int Tn, int C, int NH) {
+  if constexpr (is_16bit<T>) {
+    const int hs = C / NH;
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (onednn_usable(Heads{B, Tn, NH, hs}, C)) {
+        need.on_caller(kScoresSlot, size_t(B) * NH * kBlock * Tn);
+        need.on_caller(kDScoresSlot, (size_t(B) * NH * Tn * Tn + 1) / 2);
+        need.on_each(kRowSlot, size_t(Tn), long(B) * NH * std::min(kBlock, Tn));  // a row block's rows
+        return;
+      }
+    }
+    const size_t th = size_t(Tn) * hs;
+    const long heads = long(B) * NH;  // the loops run over (batch, head)
+    need.on_each(0, 3 * th, heads);   // forward and backward: q | k | v
+    need.on_each(1, size_t(Tn) * Tn, heads);
+    need.on_each(1, 3 * th, heads);
+    need.on_each(2, th, heads);
+    need.on_each(3, size_t(Tn) * Tn, heads);
+  } else {
+    (void)need, (void)B, (void)Tn, (void)C, (void)NH;
+  }
+}
+
 #define LOOM_INSTANTIATE(T)                                                           \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);           \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int);
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int); \
+  template void attention_scratch<T>(ScratchNeed&, int, int, int, int);
 LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 

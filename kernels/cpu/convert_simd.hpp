@@ -107,6 +107,8 @@ void narrow_parallel(const acc_t<T>* src, T* dst, size_t n);
 template <typename T>
 const acc_t<T>* widened(const T* x, size_t n, int slot);
 
+constexpr int kFp32ScratchSlots = 8;
+
 // A per-thread float buffer of at least n elements, reused from call to call (the 16-bit paths'
 // fp32 scratch). `slot` picks one of a few independent buffers; contents are not preserved
 // between ops.
@@ -114,6 +116,9 @@ float* fp32_scratch(int slot, size_t n);
 // Frees this thread's scratch buffers: after a one-off op much larger than the model's (the
 // start-up gemm measurement), so that they do not stay at its size for the rest of the run.
 void release_fp32_scratch();
+// Bytes the fp32_scratch buffers of every thread hold now (what the slots grew to; loom plan's
+// CPU workspace is checked against it).
+size_t fp32_scratch_held_bytes();
 
 template <typename T>
 const acc_t<T>* widened(const T* x, size_t n, int slot) {

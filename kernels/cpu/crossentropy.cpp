@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cpu/scratch_need.hpp"
 
 namespace loom::cpu {
 namespace {
@@ -100,12 +101,24 @@ void crossentropy_finish(acc_t<T>* losses, T* logits, const acc_t<T>* maxes, con
   }
 }
 
+// A widened row of logits on every thread (slot 0): the whole row (the rank's columns) where the
+// gradient is written, at most that where only the max and the partial sums are read.
+template <typename T>
+void crossentropy_scratch(ScratchNeed& need, int N, int row) {
+  if constexpr (is_16bit<T>) {
+    need.on_each(0, size_t(row), N);
+  } else {
+    (void)need, (void)N, (void)row;
+  }
+}
+
 #define LOOM_INSTANTIATE(T)                                                                                         \
   template void crossentropy_max<T>(acc_t<T>*, const T*, int, int, int);                                            \
   template void crossentropy_partials<T>(acc_t<T>*, const T*, const acc_t<T>*, const int32_t*, int, int, int, int); \
   template void crossentropy_finish<T>(acc_t<T>*, T*, const acc_t<T>*, const acc_t<T>*, const int32_t*, int, int,   \
                                        int, int, acc_t<T>, bool);                                                   \
-  template void softmax_crossentropy<T>(acc_t<T>*, T*, const int32_t*, int, int, int, acc_t<T>, bool);
+  template void softmax_crossentropy<T>(acc_t<T>*, T*, const int32_t*, int, int, int, acc_t<T>, bool);         \
+  template void crossentropy_scratch<T>(ScratchNeed&, int, int);
 LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 

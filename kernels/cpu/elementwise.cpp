@@ -3,6 +3,7 @@
 // element is one exact IEEE operation, rounded once when stored, so the result does not depend on
 // the vectorisation or the thread count).
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -35,7 +36,6 @@ template void narrow_parallel<bf16>(const float*, bf16*, size_t);
 template void narrow_parallel<fp16>(const float*, fp16*, size_t);
 
 namespace {
-constexpr int kScratchSlots = 8;
 // Every scratch buffer starts on a 64-byte boundary. Eigen's vectorised reductions (a softmax
 // row's max and sum) peel elements up to the first aligned packet, so where a buffer starts
 // changes how its sum is grouped: with malloc's 16-byte alignment, which varied from run to run
@@ -45,27 +45,34 @@ constexpr std::align_val_t kScratchAlign{64};
 struct AlignedFree {
   void operator()(float* p) const { ::operator delete[](p, kScratchAlign); }
 };
+std::atomic<size_t> g_held_floats{0};  // over every thread's slots
 struct ScratchBuf {
   std::unique_ptr<float[], AlignedFree> p;
   size_t n = 0;
+  void reset(size_t want) {  // want 0: free
+    p.reset(want ? static_cast<float*>(::operator new[](want * sizeof(float), kScratchAlign)) : nullptr);
+    g_held_floats += want;
+    g_held_floats -= n;
+    n = want;
+  }
+  ~ScratchBuf() { g_held_floats -= n; }
 };
 ScratchBuf* scratch_slots() {
-  thread_local ScratchBuf bufs[kScratchSlots];
+  thread_local ScratchBuf bufs[kFp32ScratchSlots];
   return bufs;
 }
 }  // namespace
 
 void release_fp32_scratch() {
-  for (int i = 0; i < kScratchSlots; ++i) scratch_slots()[i] = ScratchBuf{};
+  for (int i = 0; i < kFp32ScratchSlots; ++i) scratch_slots()[i].reset(0);
 }
 
+size_t fp32_scratch_held_bytes() { return g_held_floats.load() * sizeof(float); }
+
 float* fp32_scratch(int slot, size_t n) {
-  if (slot < 0 || slot >= kScratchSlots) throw std::logic_error("fp32_scratch: slot out of range");
+  if (slot < 0 || slot >= kFp32ScratchSlots) throw std::logic_error("fp32_scratch: slot out of range");
   ScratchBuf& b = scratch_slots()[slot];
-  if (b.n < n) {
-    b.p.reset(static_cast<float*>(::operator new[](n * sizeof(float), kScratchAlign)));
-    b.n = n;
-  }
+  if (b.n < n) b.reset(n);
   return b.p.get();
 }
 

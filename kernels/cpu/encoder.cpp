@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cpu/scratch_need.hpp"
 
 namespace loom::cpu {
 
@@ -63,9 +64,21 @@ void encoder_backward(acc_t<T>* dwte, acc_t<T>* dwpe, const T* dout, const int32
   }
 }
 
+// The forward's two widened rows on every thread (slots 0, 1); the backward asks nothing.
+template <typename T>
+void encoder_scratch(ScratchNeed& need, int N, int C) {
+  if constexpr (is_16bit<T>) {
+    need.on_each(0, size_t(C), N);
+    need.on_each(1, size_t(C), N);
+  } else {
+    (void)need, (void)N, (void)C;
+  }
+}
+
 #define LOOM_INSTANTIATE(T)                                                                                   \
   template void encoder_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, int, int);          \
-  template void encoder_backward<T>(acc_t<T>*, acc_t<T>*, const T*, const int32_t*, int, int, int, int, int);
+  template void encoder_backward<T>(acc_t<T>*, acc_t<T>*, const T*, const int32_t*, int, int, int, int, int); \
+  template void encoder_scratch<T>(ScratchNeed&, int, int);
 LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/cpu/scratch_need.hpp"
 
 namespace loom::cpu {
 
@@ -104,10 +105,25 @@ void layernorm_backward(T* dinp, acc_t<T>* dw, acc_t<T>* db, const T* dout, cons
   }
 }
 
+// Forward: the weight and bias on the caller (slots 2, 3), a row and its output on every thread
+// (0, 1); backward: the weight on the caller (3), a row, its gradient and the input gradient on
+// every thread (0, 1, 2).
+template <typename T>
+void layernorm_scratch(ScratchNeed& need, int N, int C) {
+  if constexpr (is_16bit<T>) {
+    need.on_caller(2, size_t(C));
+    need.on_caller(3, size_t(C));
+    for (int s = 0; s < 3; ++s) need.on_each(s, size_t(C), N);
+  } else {
+    (void)need, (void)N, (void)C;
+  }
+}
+
 #define LOOM_INSTANTIATE(T)                                                                                         \
   template void layernorm_forward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, int);             \
   template void layernorm_backward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, const acc_t<T>*,      \
-                                      const acc_t<T>*, int, int);
+                                      const acc_t<T>*, int, int);                                                   \
+  template void layernorm_scratch<T>(ScratchNeed&, int, int);
 LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 

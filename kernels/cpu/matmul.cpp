@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/eigen_maps.hpp"
 #include "kernels/cpu/onednn_gemm.hpp"
+#include "kernels/cpu/scratch_need.hpp"
 
 namespace loom::cpu {
 namespace {
@@ -152,9 +153,36 @@ void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, cons
   }
 }
 
+// The widening path's slots, where matmul_forward and matmul_backward above take it.
+template <typename T>
+void matmul_scratch(ScratchNeed& need, int N, int C, int OC, bool bias, bool dinp) {
+  if constexpr (is_16bit<T>) {
+    onednn::GemmDesc d;
+    d.in = d.out = dtype_of<T>;
+    d.M = N, d.K = C, d.N = OC, d.b_trans = true, d.bias = bias;
+    if (reference_requested() || !onednn::supported(d)) {
+      need.on_caller(kOut, size_t(N) * OC);
+      need.on_caller(kInp, size_t(N) * C);
+      need.on_caller(kW, size_t(OC) * C);
+      if (bias) need.on_caller(kBias, size_t(OC));
+    }
+    const onednn::GemmDesc di{dtype_of<T>, dtype_of<T>, N, OC, C, false, false, false, false};
+    const onednn::GemmDesc dwd{dtype_of<T>, DType::f32, OC, N, C, true, false, false, true};
+    if (reference_requested() || !onednn::supported(dwd) || (dinp && !onednn::supported(di))) {
+      need.on_caller(kOut, size_t(N) * OC);
+      if (dinp) need.on_caller(kBias, size_t(N) * C);
+      need.on_caller(kInp, size_t(N) * C);
+      need.on_caller(kW, size_t(OC) * C);
+    }
+  } else {
+    (void)need, (void)N, (void)C, (void)OC, (void)bias, (void)dinp;
+  }
+}
+
 #define LOOM_INSTANTIATE(T)                                                                          \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);                  \
-  template void matmul_backward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, int, int);
+  template void matmul_backward<T>(T*, acc_t<T>*, acc_t<T>*, const T*, const T*, const T*, int, int, int); \
+  template void matmul_scratch<T>(ScratchNeed&, int, int, int, bool, bool);
 LOOM_CPU_FOR_EACH_TYPE(LOOM_INSTANTIATE)
 #undef LOOM_INSTANTIATE
 
