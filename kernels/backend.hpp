@@ -133,6 +133,10 @@ struct CpuScratchShapes {
   int logits_row = 0;                   // the rank's padded vocabulary columns (0: no loss here)
 };
 size_t cpu_scratch_bytes(const CpuScratchShapes& s);
+// True where the CPU backend's matmuls in `compute` widen to fp32 and run through sgemm: 16 bits
+// that this machine's oneDNN cannot run (bf16 before AVX-512, fp16 before AVX512_FP16; no oneDNN
+// in the build), or LOOM_CPU_MATMUL=reference. Such a run goes at about the fp32 rate.
+bool cpu_matmul_widens(DType compute);
 // What the CPU backend's fp32 scratch holds now, over all threads (for the test of the above).
 size_t cpu_scratch_held_bytes();
 

@@ -185,8 +185,11 @@ DeviceSpec device_spec(const std::string& name) {
     d.cpu = true;
     d.memory_gb = 24;
     d.fp32_flops = measure_sgemm_flops(512, 12);  // best of 12: robust to a busy moment
-    // bf16 through oneDNN (train.precision bf16); fp16 has no fast CPU matmul (fp32 rate).
-    d.bf16_flops = measure_bf16_gemm_flops(512, 12);
+    // bf16 through oneDNN (train.precision bf16); fp16 has no fast CPU matmul (fp32 rate), and
+    // neither has bf16 where this CPU's oneDNN cannot run it (AVX2: widened to sgemm, at the fp32
+    // rate and efficiency; its measured gemm rate, conversions included, had bf16 steps predicted
+    // 44-112% long on such a machine).
+    d.bf16_flops = cpu_matmul_widens(DType::bf16) ? 0 : measure_bf16_gemm_flops(512, 12);
     d.efficiency = 0.85;
     // bf16: the matmuls got ~4x faster, the rest of the step did not (scripts/bench_cpu.sh:
     // Loom bf16 sustains ~0.66 of the bf16 gemm rate on configs/bench-cpu.yaml, fp32 ~0.85 of sgemm).

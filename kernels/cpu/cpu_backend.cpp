@@ -55,6 +55,9 @@ class CpuBackend final : public Backend {
       if (!cpu::onednn::built())
         return "this build has no oneDNN (libdnnl-dev): bf16 matmuls are widened to fp32 and run through sgemm, "
                "slower than fp32";
+      if (!cpu::onednn::supported(square_desc(DType::bf16, 64)))
+        return "oneDNN has no bf16 matmul for this CPU (it needs AVX-512): bf16 matmuls are widened to fp32 and run "
+               "through sgemm, slower than fp32";
       if (!cpu::onednn::cpu_has_native_bf16())
         return "this CPU has no avx512_bf16: oneDNN emulates the bf16 matmuls, slower than on a CPU with native bf16";
     }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/backend.hpp"
 #include "kernels/cpu/convert_simd.hpp"
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/cpu/eigen_maps.hpp"
@@ -178,6 +179,21 @@ void matmul_scratch(ScratchNeed& need, int N, int C, int OC, bool bias, bool din
     (void)need, (void)N, (void)C, (void)OC, (void)bias, (void)dinp;
   }
 }
+
+}  // namespace loom::cpu
+
+namespace loom {
+bool cpu_matmul_widens(DType compute) {
+  if (compute != DType::bf16 && compute != DType::f16) return false;
+  cpu::onednn::GemmDesc d;
+  d.in = d.out = compute;
+  d.M = d.K = d.N = 64;
+  d.b_trans = true;
+  return cpu::reference_requested() || !cpu::onednn::supported(d);
+}
+}  // namespace loom
+
+namespace loom::cpu {
 
 #define LOOM_INSTANTIATE(T)                                                                          \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int);                  \

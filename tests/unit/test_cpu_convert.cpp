@@ -117,4 +117,9 @@ TEST_CASE("peak_flops and precision_note answer for every compute dtype", "[lowp
   CHECK(be->precision_note(DType::f32).empty());
   if (onednn::built() && onednn::cpu_has_native_bf16()) CHECK(be->precision_note(DType::bf16).empty());
   if (!onednn::built()) CHECK(!be->precision_note(DType::bf16).empty());
+  // Where the bf16 matmuls widen (no oneDNN bf16 on this CPU), the note says so, and loom plan
+  // prices bf16 at the fp32 rate.
+  if (cpu_matmul_widens(DType::bf16)) CHECK(be->precision_note(DType::bf16).find("widened") != std::string::npos);
+  if (onednn::built() && onednn::cpu_has_native_bf16()) CHECK(!cpu_matmul_widens(DType::bf16));
+  CHECK(!cpu_matmul_widens(DType::f32));
 }
