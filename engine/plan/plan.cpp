@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <map>
 #include <stdexcept>
 
 #include "engine/checkpoint/lora_manifest.hpp"
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/param_table.hpp"
-#include "engine/optim/sharded_state.hpp"
+#include "engine/plan/zero_unit_buffers.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "kernels/backend.hpp"
 #include "parallel/mpi_communicator.hpp"
@@ -22,131 +21,6 @@ namespace loom {
 namespace {
 
 constexpr double MB = 1024.0 * 1024.0;
-
-// ZeRO-2/3's per-unit buffers on one stage, at the most their caches hold
-// (engine/optim/buffer_cache.hpp keeps every buffer for reuse by exact size, so what it holds is,
-// per buffer size, the most buffers of that size ever live at once; engine/model/gpt.cpp says when
-// the model asks for what, engine/optim/sharded_state.cpp when the storage lets go):
-//   weights (zero 3, elements): the embedding and ln_f (both live in the head, from its forward
-//     to its backward) and two blocks (the one in use and the next one's prefetched gather; one
-//     without prefetch);
-//   grads (bytes): the units' fp32 gradient buffers; staging (bytes): the reductions' receive
-//     parts (after a unit's first micro-batch, or in 16 bits) and 16-bit copies. Both replayed
-//     from ShardedState's order over a step (replay_gradients below), not estimated.
-struct UnitPeaks {
-  double weights = 0;
-  double grads = 0, staging = 0;
-  double largest = 0;  // elements of the largest unit (one reduce-scatter)
-};
-
-// BufferCache's arithmetic: what it holds, per buffer size, is the most ever live at once.
-class CacheModel {
- public:
-  void take(size_t bytes) {
-    Count& c = by_size_[bytes];
-    if (++c.live > c.held) c.held = c.live;
-  }
-  void give(size_t bytes) { --by_size_[bytes].live; }
-  double held_bytes() const {
-    double b = 0;
-    for (const auto& [bytes, c] : by_size_) b += double(bytes) * c.held;
-    return b;
-  }
-
- private:
-  struct Count {
-    int live = 0, held = 0;
-  };
-  std::map<size_t, Count> by_size_;
-};
-
-// One step of ShardedState's gradient side on a stage, as Gpt::backward drives it, micro-batch by
-// micro-batch: the head takes the embedding's and ln_f's buffers and finishes ln_f; each block,
-// last to first, takes its buffer and finishes it; the first stage's embedding lookup adds to the
-// embedding's, which finishes last (a pipeline's tied copy is held over the step and reduced at
-// its end). Finishing a unit starts its reduce-scatter once fewer than `in_flight` are running
-// (else the oldest completes first, giving its buffers back); a unit's first reduction of the
-// step goes straight into the fp32 shard, later ones (and every one in 16 bits) into a receive
-// part of the unit's shard size.
-void replay_gradients(const std::vector<ParamUnit>& units, bool first, bool last, bool tied, int accum, int dp,
-                      int in_flight, bool reduce16, CacheModel& grads, CacheModel& staging) {
-  int E = -1, F = -1;
-  std::vector<int> blocks;
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (units[u].kind == ParamUnit::Embedding) E = int(u);
-    if (units[u].kind == ParamUnit::Final) F = int(u);
-    if (units[u].kind == ParamUnit::Block) blocks.push_back(int(u));
-  }
-  const int deferred = tied ? E : -1;
-  auto size = [&](int u) { return units[size_t(u)].size(); };
-  auto shard = [&](int u) { return std::max<size_t>((size(u) + size_t(dp) - 1) / size_t(dp), 1); };
-  struct Reduction {
-    int unit;
-    bool accumulate;
-  };
-  std::vector<Reduction> running;
-  std::vector<bool> held(units.size(), false), contributed(units.size(), false);
-  auto acquire = [&](int u) {
-    if (u < 0 || held[size_t(u)]) return;
-    held[size_t(u)] = true;
-    grads.take(size(u) * 4);
-  };
-  auto complete_oldest = [&] {
-    const Reduction r = running.front();
-    running.erase(running.begin());
-    if (r.accumulate && reduce16) {  // the received 16-bit sum widened before it is added
-      staging.take(shard(r.unit) * 4);
-      staging.give(shard(r.unit) * 4);
-    }
-    grads.give(size(r.unit) * 4);
-    if (reduce16) staging.give(size(r.unit) * 2);
-    if (r.accumulate || reduce16) staging.give(shard(r.unit) * (reduce16 ? 2 : 4));
-  };
-  auto start = [&](int u) {
-    while (int(running.size()) >= in_flight) complete_oldest();
-    held[size_t(u)] = false;
-    const bool accumulate = contributed[size_t(u)];
-    contributed[size_t(u)] = true;
-    if (reduce16) staging.take(size(u) * 2);
-    if (accumulate || reduce16) staging.take(shard(u) * (reduce16 ? 2 : 4));
-    running.push_back({u, accumulate});
-  };
-  for (int m = 0; m < accum; ++m) {
-    if (last) {
-      acquire(E);
-      acquire(F);
-      if (F >= 0) start(F);
-    }
-    for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
-      acquire(*b);
-      start(*b);
-    }
-    if (first) acquire(E);
-    if (E >= 0 && (first || last) && E != deferred) start(E);
-  }
-  if (deferred >= 0 && held[size_t(deferred)]) start(deferred);
-  while (!running.empty()) complete_oldest();
-}
-
-UnitPeaks unit_peaks(const std::vector<ParamUnit>& units, const StageSpec& spec, bool prefetch, int accum, bool tied,
-                     int dp, bool reduce16) {
-  double E = 0, F = 0, B = 0;
-  int L = 0;
-  for (const ParamUnit& u : units) {
-    if (u.kind == ParamUnit::Embedding) E = double(u.size());
-    if (u.kind == ParamUnit::Final) F = double(u.size());
-    if (u.kind == ParamUnit::Block) B = std::max(B, double(u.size())), ++L;
-  }
-  UnitPeaks p;
-  p.weights = E + F + std::min(L, prefetch ? 2 : 1) * B;
-  CacheModel grads, staging;
-  replay_gradients(units, spec.first, spec.last, tied, accum, dp, ShardedStateConfig{}.reductions_in_flight, reduce16,
-                   grads, staging);
-  p.grads = grads.held_bytes();
-  p.staging = staging.held_bytes();
-  p.largest = std::max({E, F, B});
-  return p;
-}
 
 // Ring collective over k ranks of `bytes` each: all-reduce moves 2(k-1)/k of the data, with
 // 2(k-1) latency steps (reduce-scatter + all-gather).

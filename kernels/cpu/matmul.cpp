@@ -70,6 +70,21 @@ float* widened_copy(int slot, const T* x, size_t n) {
   return f;
 }
 
+// The 16-bit paths' oneDNN products (matmul_scratch asks where oneDNN cannot run them):
+// out = inp @ W^T (+ bias); dinp (N,C) = dout (N,OC) @ W (OC,C); dW (OC,C) += dout^T @ inp (fp32).
+template <typename T>
+onednn::GemmDesc forward_desc(int N, int C, int OC, bool bias) {
+  return {dtype_of<T>, dtype_of<T>, N, C, OC, false, true, bias, false};
+}
+template <typename T>
+onednn::GemmDesc dinp_desc(int N, int C, int OC) {
+  return {dtype_of<T>, dtype_of<T>, N, OC, C, false, false, false, false};
+}
+template <typename T>
+onednn::GemmDesc dw_desc(int N, int C, int OC) {
+  return {dtype_of<T>, DType::f32, OC, N, C, true, false, false, true};
+}
+
 }  // namespace
 
 template <typename T>
@@ -92,10 +107,7 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int 
       O.noalias() = X * W.transpose();
     }
   } else {
-    onednn::GemmDesc d;
-    d.in = d.out = dtype_of<T>;
-    d.M = N, d.K = C, d.N = OC, d.b_trans = true, d.bias = bias != nullptr;
-    if (!reference_requested() && onednn::gemm(d, out, inp, w, bias)) return;
+    if (!reference_requested() && onednn::gemm(forward_desc<T>(N, C, OC, bias != nullptr), out, inp, w, bias)) return;
     float* of = fp32_scratch(kOut, size_t(N) * OC);
     matmul_forward<float>(of, widened_copy(kInp, inp, size_t(N) * C), widened_copy(kW, w, size_t(OC) * C),
                           bias ? widened_copy(kBias, bias, OC) : nullptr, N, C, OC);
@@ -137,8 +149,7 @@ void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, cons
   } else {
     if (!reference_requested()) {
       // dinp (N,C) = dout (N,OC) @ W (OC,C); dW (OC,C) += dout^T @ inp (fp32, accumulated).
-      onednn::GemmDesc di{dtype_of<T>, dtype_of<T>, N, OC, C, false, false, false, false};
-      onednn::GemmDesc dwd{dtype_of<T>, DType::f32, OC, N, C, true, false, false, true};
+      const onednn::GemmDesc di = dinp_desc<T>(N, C, OC), dwd = dw_desc<T>(N, C, OC);
       if (onednn::supported(dwd) && (!dinp || onednn::supported(di))) {
         if (dw) onednn::gemm(dwd, dw, dout, inp, nullptr);
         if (dinp) onednn::gemm(di, dinp, dout, w, nullptr);
@@ -158,18 +169,14 @@ void matmul_backward(T* dinp, acc_t<T>* dw, acc_t<T>* dbias, const T* dout, cons
 template <typename T>
 void matmul_scratch(ScratchNeed& need, int N, int C, int OC, bool bias, bool dinp) {
   if constexpr (is_16bit<T>) {
-    onednn::GemmDesc d;
-    d.in = d.out = dtype_of<T>;
-    d.M = N, d.K = C, d.N = OC, d.b_trans = true, d.bias = bias;
-    if (reference_requested() || !onednn::supported(d)) {
+    if (reference_requested() || !onednn::supported(forward_desc<T>(N, C, OC, bias))) {
       need.on_caller(kOut, size_t(N) * OC);
       need.on_caller(kInp, size_t(N) * C);
       need.on_caller(kW, size_t(OC) * C);
       if (bias) need.on_caller(kBias, size_t(OC));
     }
-    const onednn::GemmDesc di{dtype_of<T>, dtype_of<T>, N, OC, C, false, false, false, false};
-    const onednn::GemmDesc dwd{dtype_of<T>, DType::f32, OC, N, C, true, false, false, true};
-    if (reference_requested() || !onednn::supported(dwd) || (dinp && !onednn::supported(di))) {
+    if (reference_requested() || !onednn::supported(dw_desc<T>(N, C, OC)) ||
+        (dinp && !onednn::supported(dinp_desc<T>(N, C, OC)))) {
       need.on_caller(kOut, size_t(N) * OC);
       if (dinp) need.on_caller(kBias, size_t(N) * C);
       need.on_caller(kInp, size_t(N) * C);
