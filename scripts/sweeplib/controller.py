@@ -176,7 +176,7 @@ class Controller:
         for t in self.trials:
             if t["status"] != "running":
                 continue
-            if self.ex.adopt(t["id"], t["handle"], self.run_dir(t)):
+            if self.ex.adopt(t["id"], t["handle"], self.run_dir(t), self.log_path(t)):
                 adopted += 1
                 continue
             got = self.history(t)
@@ -198,6 +198,9 @@ class Controller:
 
     def run_dir(self, t):
         return os.path.join(self.trial_dir(t), "run")
+
+    def log_path(self, t):
+        return os.path.join(self.trial_dir(t), "segments.log")
 
     def history(self, t):
         """Trial t's metric history so far (see MetricTail)."""
@@ -264,11 +267,10 @@ class Controller:
         # Recorded as running before it starts: a controller killed between the launch and the
         # save would otherwise leave a segment that state.json does not know of, and the restart
         # would launch the trial again into the directory that segment holds (it exits 2). The
-        # restart finds such a segment by its run directory's lock (adopt).
+        # restart finds such a segment by its run directory or its log (adopt).
         t["handle"] = None
         self.save()
-        t["handle"] = self.ex.launch(t["id"], self.argv(t, target), os.path.join(self.trial_dir(t), "segments.log"),
-                                     self.run_dir(t))
+        t["handle"] = self.ex.launch(t["id"], self.argv(t, target), self.log_path(t), self.run_dir(t))
         self.log(f"sweep: trial {t['id']} -> {target} steps {t['params']}")
         self.save()
 

@@ -4,7 +4,8 @@ allocation while it waits for a promotion).
 
 An executor launches a segment (`loom train ...` arguments) and returns a handle the controller
 keeps in state.json; adopt() re-attaches a handle after the controller restarted, so a segment
-that outlived the controller is waited for rather than run twice. poll() returns the segments
+that outlived the controller is waited for rather than run twice (one launched just before the
+controller was killed, whose handle was never saved, is found by its run directory or log). poll() returns the segments
 that ended with their exit status (None when it cannot be known: the controller then reads the
 trial's run.json). stop() asks one segment to stop gracefully: loom saves a checkpoint at the
 end of the step and exits 75 (SIGUSR1 to mpirun, which forwards it; under Slurm `scancel
@@ -32,6 +33,27 @@ def lock_holder(path):
         return None
 
 
+def segment_processes(run_dir):
+    """The pids of this host's processes whose arguments name run_dir as loom's log.dir (the
+    controller passes `--set log.dir=RUN_DIR` to every segment, so mpirun and its loom ranks have
+    it from their exec on), outermost first (a process whose parent is also one comes later)."""
+    want = f"log.dir={run_dir}".encode()
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if want not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile, or not ours to read
+        found[int(name)] = ppid
+    return sorted(found, key=lambda pid: (found[pid] in found, pid))
+
+
 class LocalExecutor:
     poll_s = 0.2  # polling a child process is free
 
@@ -54,10 +76,13 @@ class LocalExecutor:
         self.running[trial] = p
         return {"pid": p.pid}
 
-    def adopt(self, trial, handle, run_dir=None):
+    def adopt(self, trial, handle, run_dir=None, log_path=None):
         """True if the segment is still running (then it is tracked like one launched here): its
-        mpirun by the handle's pid, or else the loom process holding the run directory's lock
-        (a segment launched just before the controller was killed, whose handle was never saved)."""
+        mpirun by the handle's pid; or else, for a segment launched just before the controller was
+        killed, whose handle was never saved, the processes whose arguments name its run directory
+        (mpirun exists from the moment launch() returns, while loom takes the directory's lock
+        only once its ranks have started: a restart in between must not launch it again), or the
+        loom process holding the run directory's lock."""
         pid = (handle or {}).get("pid")
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -65,7 +90,8 @@ class LocalExecutor:
         except (OSError, TypeError):
             alive = False
         if not alive and run_dir:
-            pid = lock_holder(os.path.join(run_dir, ".loom.lock"))
+            pids = segment_processes(run_dir)
+            pid = pids[0] if pids else lock_holder(os.path.join(run_dir, ".loom.lock"))
             alive = pid is not None
         if alive:
             self.running[trial] = pid
@@ -143,20 +169,44 @@ class SlurmExecutor:
             raise RuntimeError(f"squeue failed ({r.returncode}): {r.stderr.strip()}")
         return dict(line.split() for line in r.stdout.splitlines() if line.strip())
 
-    def adopt(self, trial, handle, run_dir=None):
+    def adopt(self, trial, handle, run_dir=None, log_path=None):
+        """True if the segment's job is still queued or running: by the handle's job id; or else,
+        for a job submitted just before the controller was killed, whose id was never saved,
+        the live job of this trial's name that writes to the trial's log (another sweep of the
+        same name has other logs)."""
         job = (handle or {}).get("job")
-        if job and self._states().get(job, "COMPLETED") not in self.ENDED:
+        states = self._states()
+        if not (job and states.get(job, "COMPLETED") not in self.ENDED) and log_path:
+            job = next((j for j in self._jobs_named(f"{self.name}-{trial}")
+                        if states.get(j, "COMPLETED") not in self.ENDED and self._stdout(j) == os.path.abspath(log_path)),
+                       None)
+        if job and states.get(job, "COMPLETED") not in self.ENDED:
             self.running[trial] = job
             return True
         return False
 
-    def _exit_status(self, job):
+    def _jobs_named(self, name):
+        r = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"squeue failed ({r.returncode}): {r.stderr.strip()}")
+        return r.stdout.split()
+
+    def _field(self, job, key):
         r = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
         for field in r.stdout.split():
-            if field.startswith("ExitCode="):
-                code, _, sig = field[len("ExitCode="):].partition(":")
-                return int(code) if sig in ("", "0") else 128 + int(sig)
-        return None  # forgotten by slurmctld (MinJobAge): the controller reads run.json
+            if field.startswith(key + "="):
+                return field[len(key) + 1:]
+        return None  # forgotten by slurmctld (MinJobAge)
+
+    def _stdout(self, job):
+        return self._field(job, "StdOut")
+
+    def _exit_status(self, job):
+        field = self._field(job, "ExitCode")
+        if field is None:
+            return None  # forgotten by slurmctld: the controller reads run.json
+        code, _, sig = field.partition(":")
+        return int(code) if sig in ("", "0") else 128 + int(sig)
 
     def poll(self):
         if not self.running:

@@ -15,6 +15,28 @@ LOOM=$(readlink -f "$LOOM")
 cd "$SRC"
 trap 'slurm_down; rm -rf "$WORK"' EXIT
 slurm_up || fail "the test cluster did not start"
+# A job submitted just before the controller was killed, whose id state.json never got: the
+# restart adopts the live job of the trial's name that writes to the trial's log, and not one
+# of the same name writing elsewhere (another sweep's).
+mkdir -p "$WORK/adopt/trial_3" "$WORK/other"
+for log in "$WORK/other/segments.log" "$WORK/adopt/trial_3/segments.log"; do
+  want=$(sbatch --parsable --job-name=loom-sweep-3 --output="$log" --time=2 --wrap "sleep 60") ||
+    fail "sbatch of a stand-in segment failed"
+done
+/usr/bin/python3 - "$SRC/scripts" "$WORK" "${want%%;*}" <<'PY' || fail "the Slurm executor did not adopt the stand-in segment by its log"
+import sys
+sys.path.insert(0, sys.argv[1])
+from sweeplib.executors import SlurmExecutor
+w, want = sys.argv[2], sys.argv[3]
+ex = SlurmExecutor("loom", sys.argv[1])
+assert ex.adopt(3, None, f"{w}/adopt/trial_3/run", f"{w}/adopt/trial_3/segments.log"), "not adopted"
+assert ex.running[3] == want, (ex.running, want)
+assert not ex.adopt(4, None, f"{w}/adopt/trial_4/run", f"{w}/adopt/trial_4/segments.log"), "adopted another trial's job"
+assert not SlurmExecutor("loom", sys.argv[1], name="other").adopt(3, None, f"{w}/adopt/trial_3/run",
+                                                                  f"{w}/adopt/trial_3/segments.log"), "adopted another sweep's"
+print(f"adopted job {want} by its log")
+PY
+scancel --name=loom-sweep-3
 tiny_lr_sweep "$WORK/asha.yaml" "{kind: asha, min_steps: 30, eta: 3}" \
   "{kind: slurm, parallel: 2, threads: 1, sbatch: '--ntasks-per-node=1 --cpus-per-task=1 --time=10'}"
 out=$WORK/sweep

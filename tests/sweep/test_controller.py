@@ -42,7 +42,7 @@ class FakeLoom:
         self.launched.append((trial, start, seg["target"]))
         return {"fake": trial}
 
-    def adopt(self, trial, handle, run_dir=None):
+    def adopt(self, trial, handle, run_dir=None, log_path=None):
         return False
 
     def _end(self, seg, rc):
@@ -281,9 +281,24 @@ class MetricTailTest(unittest.TestCase):
         self.assertEqual(self.same_as_reread(), [])
 
 
+def wait_for_exec(pid, argv0, timeout_s=30):
+    """Until process pid runs as argv0 (bash has exec'd; its own arguments, `bash -c "exec -a
+    argv0 ..."`, name argv0 too, and while the exec is under way /proc shows no arguments at all):
+    a loaded machine can take well over a second to get there."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read().startswith(argv0 + b"\0"):
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} did not exec into {argv0!r} within {timeout_s} s")
+
+
 class AdoptByLockTest(unittest.TestCase):
     """A segment launched just before the controller was killed has no saved handle: the local
-    executor finds it by the loom process holding its run directory's lock, and waits for it."""
+    executor finds it by the processes naming its run directory, or by the loom process holding
+    its run directory's lock, and waits for it."""
 
     def test_lock_holder_is_adopted_and_waited_for(self):
         import socket
@@ -294,12 +309,7 @@ class AdoptByLockTest(unittest.TestCase):
             try:
                 with open(os.path.join(d, ".loom.lock"), "w") as f:
                     f.write(f"host: {socket.gethostname()}\npid: {p.pid}\nstarted: now\n")
-                for _ in range(50):  # until exec has renamed the process
-                    with open(f"/proc/{p.pid}/cmdline", "rb") as f:
-                        if b"fakeloom" in f.read():
-                            break
-                    import time
-                    time.sleep(0.02)
+                wait_for_exec(p.pid, b"fakeloom")
                 self.assertEqual(lock_holder(os.path.join(d, ".loom.lock")), p.pid)
                 ex = LocalExecutor("loom")
                 self.assertTrue(ex.adopt(3, None, d))
@@ -315,6 +325,40 @@ class AdoptByLockTest(unittest.TestCase):
                 f.write(f"host: elsewhere\npid: {os.getpid()}\n")
             self.assertIsNone(lock_holder(os.path.join(d, ".loom.lock")))
             self.assertFalse(LocalExecutor("loom").adopt(4, None, d))
+
+    def test_segment_not_yet_holding_the_lock_is_adopted(self):
+        """mpirun has started but loom has not taken the lock yet (the window that had a restarted
+        sweep launch trial 4 a second time, which then exited 2 on the held lock): adopted by
+        its arguments, the outermost process (mpirun's stand-in) first."""
+        import subprocess
+        from sweeplib.executors import LocalExecutor, segment_processes
+        with tempfile.TemporaryDirectory() as d:
+            run = os.path.join(d, "run")
+            arg = f"log.dir={run}"
+            # A parent (mpirun's stand-in) and its child (a rank's), both naming the run directory.
+            # (Popen returns once the parent has exec'd; the loop below waits for the child.)
+            rank = "import time; time.sleep(30)"
+            launcher = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {rank!r}] + sys.argv[1:])"
+            p = subprocess.Popen([sys.executable, "-c", launcher, "--set", arg])
+            try:
+                import time
+                deadline = time.monotonic() + 30
+                while len(segment_processes(run)) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                pids = segment_processes(run)
+                self.assertEqual(len(pids), 2, pids)
+                self.assertEqual(pids[0], p.pid)  # the parent first
+                # Another directory whose name starts the same is not this one.
+                self.assertEqual(segment_processes(run[:-1]), [])
+                ex = LocalExecutor("mpirun")
+                self.assertTrue(ex.adopt(5, None, run))
+                self.assertEqual(ex.running[5], p.pid)
+                self.assertEqual(ex.poll(), {})
+            finally:
+                subprocess.run(["pkill", "-f", arg])
+                p.wait()
+            self.assertEqual(ex.poll(), {5: None})
+            self.assertFalse(LocalExecutor("mpirun").adopt(6, None, run))
 
 
 if __name__ == "__main__":
