@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 namespace loom::parallel {
 
@@ -59,6 +60,44 @@ void all_gather_parts(Communicator& group, const BucketPlan& plan, TypedPtr buf)
   for (size_t i = 0; i < plan.buckets.size(); ++i)
     reqs.push_back(group.iall_gather(buf + plan.buckets[i].begin, plan.counts[i]));
   for (auto& r : reqs) r->wait();
+}
+
+void visit_gathered(Communicator& group, const BucketPlan& plan, size_t n,
+                    const std::function<void(Range part, size_t packed, float* dst)>& fetch,
+                    const std::function<void(size_t begin, size_t n, const float* data)>& use) {
+  std::vector<float> buf;
+  if (!plan.sharded) {
+    buf.resize(std::min(n, kVisitPieceElems));
+    for (size_t b = 0; b < n; b += kVisitPieceElems) {
+      const size_t e = std::min(n, b + kVisitPieceElems);
+      fetch({b, e}, b, buf.data());
+      use(b, e - b, buf.data());
+    }
+    return;
+  }
+  // Buckets are in launch order (backward's: from the end of the buffer down); visited upwards.
+  std::vector<size_t> order(plan.buckets.size());
+  size_t largest = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+    largest = std::max(largest, plan.buckets[i].size());
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.buckets[a].begin < plan.buckets[b].begin; });
+  buf.resize(largest);
+  const size_t me = size_t(group.rank());
+  size_t covered = 0;
+  for (size_t i : order) {
+    const Range& b = plan.buckets[i];
+    if (b.begin != covered) throw std::logic_error("visit_gathered: the plan's buckets do not tile the buffer");
+    const std::vector<size_t>& counts = plan.counts[i];
+    size_t part = 0;
+    for (size_t r = 0; r < me; ++r) part += counts[r];
+    if (counts[me]) fetch({b.begin + part, b.begin + part + counts[me]}, plan.shard_offset[i], buf.data() + part);
+    group.all_gather(TypedPtr(buf.data()), counts);
+    use(b.begin, b.size(), buf.data());
+    covered = b.end;
+  }
+  if (covered != n) throw std::logic_error("visit_gathered: the plan's buckets do not tile the buffer");
 }
 
 }  // namespace loom::parallel

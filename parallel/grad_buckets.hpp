@@ -71,4 +71,17 @@ class GradBuckets {
 // host-memory twin of a device communicator). `buf` may be of any dtype all_gather moves.
 void all_gather_parts(Communicator& group, const BucketPlan& plan, TypedPtr buf);
 
+// Reads the whole of an fp32 buffer of the plan's layout [0, n) that the ranks of `group` hold in
+// parts (sharded), or each whole (unsharded), a piece at a time in ascending order, so that no
+// rank holds more than a bucket of it at once (a checkpoint's snapshot needs every element, but
+// keeps only the slices this rank writes). `fetch(part, packed, dst)`: copy this rank's part
+// (elements [part.begin, part.end) of the buffer, at `packed` in its packed owned store) to host
+// `dst`. `use(begin, n, data)`: elements [begin, begin + n), complete, in host memory until the
+// call returns. Sharded: a bucket at a time, gathered over `group` (host memory: an MPI
+// communicator), collective; unsharded: pieces of at most kVisitPieceElems, local.
+constexpr size_t kVisitPieceElems = size_t(4) << 20;  // 16 MB of fp32
+void visit_gathered(Communicator& group, const BucketPlan& plan, size_t n,
+                    const std::function<void(Range part, size_t packed, float* dst)>& fetch,
+                    const std::function<void(size_t begin, size_t n, const float* data)>& use);
+
 }  // namespace loom::parallel

@@ -91,9 +91,7 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
   const std::vector<uint64_t> bytes_of = dataset_bytes(tensors);
   // Every parameter finite on every rank: part of what makes a state clean (retention keeps the
   // last clean checkpoint however many saves follow).
-  bool finite = true;
-  for (size_t i = 0, n = snap.params.size(); i < n && finite; ++i) finite = std::isfinite(snap.params.data()[i]);
-  finite = parallel::all_true(world, finite);
+  const bool finite = parallel::all_true(world, snap.finite);
   std::string error;
   if (rank == 0) {
     try {
@@ -138,9 +136,6 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
   if (rank != 0)
     error = unseen_by_this_rank(partial.string(), "checkpoint.dir=" + root.string() + ": rank 0 made " + partial.string());
   if (error = parallel::agree_on_error(error, world); !error.empty()) fail(error);
-  const ParamTable& table = model_.table();
-  const auto coord = groups_.coord();
-  const std::vector<int> owner_dp = spread_over_dp(bytes_of, groups_.layout().dp);
   SliceChecksums sums;  // of what this rank writes, taken from memory as it is written
   {
     // A failed write (a full disk) does not throw here: every rank must go on making the same
@@ -148,15 +143,14 @@ void Checkpointer::write(const Snapshot& snap, parallel::MpiCommunicator& world)
     H5TensorFile f = H5TensorFile::create((partial / kCheckpointFile).string(), world);
     for (size_t t = 0; t < tensors.size(); ++t) {
       const GlobalTensor& g = tensors[t];
-      const ParamInfo* mine = table.find_if_held(g.name);
-      const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
-      const float* data[3] = {snap.params.data(), snap.m.data(), snap.v.data()};
-      for (int gi = 0; gi < 3; ++gi) {
-        const bool writer = mine && canonical_holder(*mine, coord, owner_dp[3 * t + size_t(gi)]);
-        std::string bad = f.write(kCheckpointGroups[gi] + g.name, g.shape, writer ? &s : nullptr,
-                                  writer ? data[gi] + mine->offset : nullptr);
+      for (size_t gi = 0; gi < 3; ++gi) {
+        const size_t d = 3 * t + gi;
+        const ParamInfo* mine = snap.writes[d];  // this rank writes its slice (the canonical holder)
+        const TensorSlice s = mine ? slice_of(*mine) : TensorSlice{};
+        const float* data = mine ? snap.slices.data() + snap.at[d] : nullptr;
+        std::string bad = f.write(kCheckpointGroups[gi] + g.name, g.shape, mine ? &s : nullptr, data);
         if (error.empty()) error = std::move(bad);
-        if (writer) sums.add(uint32_t(3 * t + size_t(gi)), g.shape, s, data[gi] + mine->offset);
+        if (mine) sums.add(uint32_t(d), g.shape, s, data);
       }
     }
     f.set_attr("loom_checkpoint_version", "1");

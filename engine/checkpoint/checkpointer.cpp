@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,8 @@
 #include <utility>
 
 #include "engine/checkpoint/checkpoint_catalog.hpp"
+#include "engine/checkpoint/checkpoint_layout.hpp"
+#include "engine/checkpoint/slice_plan.hpp"
 #include "engine/config/recipe_io.hpp"
 #include "parallel/host_collectives.hpp"
 
@@ -155,9 +158,8 @@ double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, con
                           const LossScaleState& loss_scale, const NoiseScale::State& noise) {
   auto t0 = std::chrono::steady_clock::now();
   wait();
-  // Host copies of this rank's parameters and full (un-sharded) Adam moments.
-  // The buffers are kept from one save to the next: allocating and first touching hundreds of MB
-  // was most of the stall.
+  // Host copies of the slices this rank writes. The buffer is kept from one save to the next:
+  // allocating and first touching hundreds of MB was most of the stall.
   if (!snapshot_) snapshot_ = std::make_shared<Snapshot>();
   std::shared_ptr<Snapshot> snap = snapshot_;
   snap->steps_done = steps_done;
@@ -166,12 +168,41 @@ double Checkpointer::save(int64_t steps_done, const SavedDataPosition& data, con
   snap->health = health;
   snap->loss_scale = loss_scale;
   snap->noise = noise;
-  const size_t n = model_.table().total();
-  snap->params.resize(n);
-  snap->m.resize(n);
-  snap->v.resize(n);
-  model_.get_params(snap->params.data());
-  optim_.export_moments(snap->m.data(), snap->v.data());  // every element (ZeRO-1: gathered over dp)
+  const std::vector<GlobalTensor> tensors = global_tensors(model_.shape());
+  std::vector<std::string> names;
+  for (const GlobalTensor& g : tensors) names.push_back(g.name);
+  snap->writes = datasets_written(names, model_.table(), groups_.coord(),
+                                  spread_over_dp(dataset_bytes(tensors), groups_.layout().dp));
+  snap->at.assign(snap->writes.size(), 0);
+  size_t packed = 0;
+  for (size_t d = 0; d < snap->writes.size(); ++d)
+    if (const ParamInfo* p = snap->writes[d]) {
+      snap->at[d] = packed;
+      packed += p->numel;
+    }
+  snap->slices.resize(packed);
+  // Every element passes by a piece at a time (ZeRO: gathered over dp a bucket at a time); each
+  // keeps what falls in the slices of group g (0: parameters, 1: m, 2: v) this rank writes.
+  auto keep = [&](size_t g) {
+    return [&, g](size_t begin, size_t n, const float* data) {
+      for (size_t t = 0; t < tensors.size(); ++t) {
+        const ParamInfo* p = snap->writes[3 * t + g];
+        if (!p) continue;
+        const size_t lo = std::max(begin, p->offset), hi = std::min(begin + n, p->offset + p->numel);
+        if (lo < hi)
+          std::memcpy(snap->slices.data() + snap->at[3 * t + g] + (lo - p->offset), data + (lo - begin),
+                      (hi - lo) * sizeof(float));
+      }
+    };
+  };
+  bool finite = true;
+  model_.visit_params([&, params = keep(0)](size_t begin, size_t n, const float* data) {
+    for (size_t i = 0; i < n && finite; ++i) finite = std::isfinite(data[i]);
+    params(begin, n, data);
+  });
+  snap->finite = finite;
+  optim_.visit_moment(0, keep(1));
+  optim_.visit_moment(1, keep(2));
   if (cfg_.async) {
     in_flight_ = snap;
     writer_ = std::thread([this, snap] {

@@ -118,8 +118,10 @@ class Checkpointer {
   std::string last_clean_checkpoint(int64_t before_step) const;
 
  private:
-  // The state one save writes: host copies of this rank's parameters and full (un-sharded) Adam
-  // moments, in the model's flat layout.
+  // The state one save writes: host copies of the slices of parameters and Adam moments this
+  // rank writes (slice_plan.hpp's datasets_written; about 1/dp of its (tp, pp) slice's 12 bytes
+  // per parameter), packed. Taken a piece at a time (Gpt::visit_params,
+  // DistributedOptimizer::visit_moment), so no rank holds a whole copy of its slice, sharded or not.
   struct Snapshot {
     int64_t steps_done = 0;
     int64_t optimizer_updates = 0;  // AdamW's update count (fewer than steps_done after skipped steps)
@@ -127,7 +129,10 @@ class Checkpointer {
     StateHealth health;
     LossScaleState loss_scale;
     NoiseScale::State noise;
-    HostBuffer<float> params, m, v;
+    std::vector<const ParamInfo*> writes;  // per dataset (3t + g): the parameter whose slice this rank writes, or null
+    std::vector<size_t> at;                // per dataset written: where its slice starts in `slices`
+    HostBuffer<float> slices;
+    bool finite = true;                    // every parameter of this rank's slice is finite
   };
   // Collective over `world` (the world's ranks: the job's or the background writer's
   // communicator). Writes `snap` as checkpoint step_N of checkpoint.dir (checkpoint_writer.cpp).

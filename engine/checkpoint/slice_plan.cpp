@@ -26,4 +26,16 @@ bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coo
   return coord.dp == owner_dp && (p.split != TpSplit::Replicated || coord.tp == 0) && !p.tied_copy;
 }
 
+std::vector<const ParamInfo*> datasets_written(const std::vector<std::string>& tensors, const ParamTable& table,
+                                               const parallel::GridLayout::Coord& coord,
+                                               const std::vector<int>& owner_dp) {
+  std::vector<const ParamInfo*> out(3 * tensors.size(), nullptr);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const ParamInfo* mine = table.find_if_held(tensors[t]);
+    for (size_t g = 0; g < 3 && mine; ++g)
+      if (canonical_holder(*mine, coord, owner_dp[3 * t + g])) out[3 * t + g] = mine;
+  }
+  return out;
+}
+
 }  // namespace loom

@@ -4,6 +4,7 @@
 // puts it; each dataset (a tensor's params/, adam_m/ or adam_v/) is written, and on load
 // checksummed, by exactly one rank per element: the canonical holder. docs/checkpoints.md.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/checkpoint/h5_tensor_file.hpp"
@@ -27,5 +28,13 @@ std::vector<int> spread_over_dp(const std::vector<uint64_t>& bytes, int dp);
 // for a replicated tensor; never a tied copy (the last stage's wte: the first stage's is
 // identical and is the one written).
 bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coord, int owner_dp);
+
+// Per dataset of the global tensors named `tensors` (dataset 3t + g: params/, adam_m/ and adam_v/
+// of tensor t), the parameter of `table` (the rank at `coord`'s) whose slice that rank writes, or
+// null where it writes none of the dataset (`owner_dp`: spread_over_dp's, per dataset). A save's
+// snapshot keeps these slices only.
+std::vector<const ParamInfo*> datasets_written(const std::vector<std::string>& tensors, const ParamTable& table,
+                                               const parallel::GridLayout::Coord& coord,
+                                               const std::vector<int>& owner_dp);
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 
 #include "engine/model/gpt_memory.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -147,12 +148,26 @@ void Gpt::set_params(size_t offset, size_t n, const float* host) {
   if (compute_ != DType::f32) be_.convert(wparams_ + offset, params_ + offset, n);
 }
 void Gpt::get_params(float* host) const {
-  if (!params_) {
-    if (!storage_) no_storage("get_params");
-    storage_->get_master(host);
+  if (params_) {
+    be_.download(host, params_, table_.total());
     return;
   }
-  be_.download(host, params_, table_.total());
+  visit_params([&](size_t begin, size_t n, const float* data) { std::copy(data, data + n, host + begin); });
+}
+void Gpt::visit_params(const std::function<void(size_t begin, size_t n, const float* data)>& use) const {
+  if (!params_) {
+    if (!storage_) no_storage("visit_params");
+    storage_->visit_master(use);
+    return;
+  }
+  constexpr size_t kPiece = size_t(4) << 20;  // 16 MB of fp32
+  const size_t total = table_.total();
+  std::vector<float> piece(std::min(total, kPiece));
+  for (size_t b = 0; b < total; b += kPiece) {
+    const size_t n = std::min(kPiece, total - b);
+    be_.download(piece.data(), params_ + b, n);
+    use(b, n, piece.data());
+  }
 }
 void Gpt::get_grads(float* host) const {
   if (!grads_) throw std::logic_error("Gpt::get_grads: the gradients are sharded (ZeRO-2/3)");

@@ -107,6 +107,11 @@ class Gpt {
   // The whole flat parameter buffer into host memory. ModelHolds::Nothing: gathered by the
   // storage, collective over its data-parallel group.
   void get_params(float* host) const;
+  // The same, a piece at a time in ascending order: `use(begin, n, data)` gets elements
+  // [begin, begin + n) in host memory until it returns. For what needs every parameter but not
+  // all at once (a checkpoint's snapshot keeps only the slices its rank writes): no more than a
+  // piece (16 MB, or a ZeRO-3 bucket) is on the host at a time. Collective as get_params.
+  void visit_params(const std::function<void(size_t begin, size_t n, const float* data)>& use) const;
   void get_grads(float* host) const;  // ModelHolds::All only
   void zero_grads();                  // no-op unless ModelHolds::All
 

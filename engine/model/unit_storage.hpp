@@ -7,6 +7,7 @@
 // param_units(model.table()); every pointer addresses the unit's first element (flat offset
 // unit.begin).
 #include <cstddef>
+#include <functional>
 
 #include "kernels/dtype.hpp"
 
@@ -23,10 +24,11 @@ class UnitStorage {
   virtual TypedPtr acquire_weights(int unit, int next) = 0;
   virtual void release_weights(int unit) = 0;
   // The fp32 master parameters, in the flat layout: sets elements [offset, offset + n) from host
-  // `src` (this rank keeps what it owns of them), or gathers all of them into host `dst`
-  // (table.total() floats; collective over the storage's data-parallel group).
+  // `src` (this rank keeps what it owns of them), or reads all of them a piece at a time, in
+  // ascending order: `use(begin, n, data)` gets elements [begin, begin + n) in host memory
+  // (collective over the storage's data-parallel group; no rank holds more than a piece at once).
   virtual void set_master(size_t offset, size_t n, const float* src) = 0;
-  virtual void get_master(float* dst) = 0;
+  virtual void visit_master(const std::function<void(size_t begin, size_t n, const float* data)>& use) = 0;
 
   // Gradients (ZeRO-2 and 3). The unit's fp32 gradient buffer for this micro-batch's backward,
   // zeroed on first use (the same buffer until grads_done(unit)); backward accumulates into it.

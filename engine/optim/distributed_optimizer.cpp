@@ -291,6 +291,19 @@ void DistributedOptimizer::export_moments(float* full_m, float* full_v) {
   parallel::all_gather_parts(groups_.dp(), plan_, full_v);
 }
 
+void DistributedOptimizer::visit_moment(int which,
+                                        const std::function<void(size_t begin, size_t n, const float* data)>& use) const {
+  parallel::visit_gathered(
+      groups_.dp(), plan_, model_.table->total(),
+      [&](parallel::Range part, size_t packed, float* dst) {
+        if (offload_)
+          offload_->read_state(which, packed, part.size(), dst);
+        else
+          adamw_->read_state(which, packed, part.size(), dst);
+      },
+      use);
+}
+
 void DistributedOptimizer::import_moment(int which, size_t begin, size_t n, const float* part) {
   if (offload_)
     offload_->import_state(which, begin, n, part);

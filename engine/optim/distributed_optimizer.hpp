@@ -20,6 +20,7 @@
 // unit through its UnitStorage; unit_storage() hands it to Gpt::set_storage.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -109,6 +110,10 @@ class DistributedOptimizer {
   // other dp rank's (the ownership ranges of all dp ranks tile the buffer), so every dp rank holds
   // the moments of its whole (tp, pp) slice.
   void export_moments(float* full_m, float* full_v);
+  // Moment `which` (0: m, 1: v) of the whole (tp, pp) slice, a piece at a time in ascending
+  // order (parallel::visit_gathered): `use(begin, n, data)` gets flat elements [begin, begin + n).
+  // Collective over dp; no rank holds more than a bucket of it at once.
+  void visit_moment(int which, const std::function<void(size_t begin, size_t n, const float* data)>& use) const;
   // Sets flat elements [begin, begin + n) of moment `which` (0: m, 1: v) from host `part`, where
   // this rank owns them (a checkpoint loads tensor by tensor).
   void import_moment(int which, size_t begin, size_t n, const float* part);

@@ -13,6 +13,7 @@
 // runs, and an offloaded run matches one without offload bit for bit (host_adamw's bits are the
 // CPU backend's).
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <vector>
 
@@ -38,6 +39,9 @@ class OffloadAdamW {
   size_t host_bytes() const { return 4 * owned_size_ * sizeof(float); }  // master, m, v, gradient staging
   // As AdamW's (host arrays of the whole flat buffer's size).
   void export_state(float* full_m, float* full_v) const;
+  void read_state(int which, size_t packed, size_t n, float* dst) const {
+    std::memcpy(dst, (which ? v_ : m_) + packed, n * sizeof(float));
+  }
   void import_state(int which, size_t begin, size_t n, const float* part);
 
  private:

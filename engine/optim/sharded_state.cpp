@@ -136,14 +136,11 @@ void ShardedState::set_master(size_t offset, size_t n, const float* src) {
   for (size_t u = 0; u < units_.size(); ++u) release_weights(int(u));  // nothing stale stays gathered
 }
 
-void ShardedState::get_master(float* dst) {
-  if (!master_) throw std::logic_error("ShardedState::get_master: weights are not sharded (ZeRO-2)");
-  size_t packed = 0;
-  for (const parallel::Range& r : plan_.owned) {
-    be_.download(dst + r.begin, master_ + packed, r.size());
-    packed += r.size();
-  }
-  parallel::all_gather_parts(host_dp_, plan_, TypedPtr(dst));
+void ShardedState::visit_master(const std::function<void(size_t begin, size_t n, const float* data)>& use) {
+  if (!master_) throw std::logic_error("ShardedState::visit_master: weights are not sharded (ZeRO-2)");
+  parallel::visit_gathered(
+      host_dp_, plan_, table_.total(),
+      [&](parallel::Range part, size_t packed, float* dst) { be_.download(dst, master_ + packed, part.size()); }, use);
 }
 
 void ShardedState::master_updated() {

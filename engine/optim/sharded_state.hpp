@@ -56,7 +56,7 @@ struct ShardedMemory {
 
 class ShardedState final : public UnitStorage {
  public:
-  // `dp`: the device data-parallel group; `host_dp`: its host-memory twin (get_master's gather);
+  // `dp`: the device data-parallel group; `host_dp`: its host-memory twin (visit_master's gathers);
   // `embedding`: the first and last stages' group (null unless pp > 1 and this stage holds wte).
   ShardedState(Backend& be, parallel::Communicator& dp, parallel::Communicator& host_dp,
                parallel::Communicator* embedding, const ParamTable& table, std::vector<ParamUnit> units,
@@ -67,7 +67,7 @@ class ShardedState final : public UnitStorage {
   TypedPtr acquire_weights(int unit, int next) override;
   void release_weights(int unit) override;
   void set_master(size_t offset, size_t n, const float* src) override;
-  void get_master(float* dst) override;
+  void visit_master(const std::function<void(size_t begin, size_t n, const float* data)>& use) override;
   float* acquire_grads(int unit) override;
   void grads_done(int unit) override;
 

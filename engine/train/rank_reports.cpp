@@ -120,14 +120,17 @@ nlohmann::json RankReports::report_memory(const Gpt& model, const DistributedOpt
 namespace {
 
 // Whether every member of `group` holds the same bits in the parameters `which` selects: their
-// CRC-32C, compared through a rank-ordered sum (the sum of `size` equal values). Collective.
+// CRC-32C (in flat order, a piece at a time: no host copy of the whole slice), compared through a
+// rank-ordered sum (the sum of `size` equal values). Collective (ZeRO-3: over dp as well).
 template <typename Which>
 bool same_on_every_member(parallel::MpiCommunicator& group, const Gpt& model, Which which) {
-  std::vector<float> host(model.num_params());
-  model.get_params(host.data());
   uint32_t crc = 0;
-  for (const ParamInfo& p : model.table().params())
-    if (which(p)) crc = crc32c(host.data() + p.offset, p.numel * sizeof(float), crc);
+  model.visit_params([&](size_t begin, size_t n, const float* data) {
+    for (const ParamInfo& p : model.table().params()) {
+      const size_t lo = std::max(begin, p.offset), hi = std::min(begin + n, p.offset + p.numel);
+      if (lo < hi && which(p)) crc = crc32c(data + (lo - begin), (hi - lo) * sizeof(float), crc);
+    }
+  });
   const double mine = double(crc);
   return group.sum_ordered(mine) == mine * group.size();
 }

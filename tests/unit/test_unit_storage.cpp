@@ -56,7 +56,9 @@ class PoisoningStorage final : public UnitStorage {
   void set_master(size_t offset, size_t n, const float* src) override {
     std::copy(src, src + n, master_.begin() + long(offset));
   }
-  void get_master(float* dst) override { std::copy(master_.begin(), master_.end(), dst); }
+  void visit_master(const std::function<void(size_t, size_t, const float*)>& use) override {
+    for (size_t b = 0; b < master_.size(); b += 1000) use(b, std::min<size_t>(1000, master_.size() - b), master_.data() + b);
+  }
   float* acquire_grads(int u) override {
     auto& h = held_g_[size_t(u)];
     if (h.empty()) h.assign(units_[size_t(u)].size(), 0.0f);
