@@ -38,4 +38,17 @@ std::vector<const ParamInfo*> datasets_written(const std::vector<std::string>& t
   return out;
 }
 
+size_t most_elems_written(const std::vector<std::string>& tensors, const std::vector<uint64_t>& bytes,
+                          const ParamTable& table, int tp_rank, int pp_rank, int dp) {
+  const std::vector<int> owner_dp = spread_over_dp(bytes, dp);
+  size_t most = 0;
+  for (int d = 0; d < dp; ++d) {
+    size_t n = 0;
+    for (const ParamInfo* p : datasets_written(tensors, table, {tp_rank, d, pp_rank}, owner_dp))
+      if (p) n += p->numel;
+    most = std::max(most, n);
+  }
+  return most;
+}
+
 }  // namespace loom

@@ -36,5 +36,9 @@ bool canonical_holder(const ParamInfo& p, const parallel::GridLayout::Coord& coo
 std::vector<const ParamInfo*> datasets_written(const std::vector<std::string>& tensors, const ParamTable& table,
                                                const parallel::GridLayout::Coord& coord,
                                                const std::vector<int>& owner_dp);
+// The most floats those slices come to on any dp rank of (tp_rank, pp_rank), whose table is
+// `table` (`bytes`: dataset_bytes of the tensors): a save's snapshot (loom plan).
+size_t most_elems_written(const std::vector<std::string>& tensors, const std::vector<uint64_t>& bytes,
+                          const ParamTable& table, int tp_rank, int pp_rank, int dp);
 
 }  // namespace loom

@@ -7,12 +7,16 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "engine/checkpoint/checkpoint_layout.hpp"
 #include "engine/checkpoint/lora_manifest.hpp"
+#include "engine/checkpoint/slice_plan.hpp"
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/param_table.hpp"
 #include "engine/plan/zero_unit_buffers.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "kernels/backend.hpp"
+#include "parallel/bucket_sizing.hpp"
+#include "parallel/grad_buckets.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/ring_allreduce.hpp"
@@ -112,6 +116,9 @@ DeviceSpec device_spec(const std::string& name) {
   return d;
 }
 
+// Open MPI 4.1's OMPIO collective buffer per aggregator (io_ompio_bytes_per_agg's default).
+constexpr size_t kMpiIoAggregatorBytes = size_t(32) << 20;
+
 Prediction predict(const Recipe& r, const Cluster& cl) {
   const auto& m = r.model;
   const int tp = r.parallel.tp, pp = r.parallel.pp;
@@ -152,6 +159,9 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   // The most micro-batches a step accumulates: goodput's train.batch_max, else the fixed batch's.
   const int accum_max = std::max(accum, staged.grad_accum_max());
   size_t largest_params = 0;
+  std::vector<std::string> ckpt_names;  // the checkpoint's global tensors (a save's snapshot)
+  for (const GlobalTensor& g : global_tensors(shape)) ckpt_names.push_back(g.name);
+  const std::vector<uint64_t> ckpt_bytes = dataset_bytes(global_tensors(shape));
   for (int s = 0, first = 0; s < pp; first += layers[size_t(s)], ++s) {
     const StageSpec spec{first, layers[size_t(s)], s == 0, s == pp - 1};
     const ParamTable table = gpt_param_table(shape, 0, tp, spec);
@@ -228,15 +238,27 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
                                         cpu_threads_per_rank(cl.per_node)))) / MB
                                   : 32;
     // Host staging: the initial parameters (a full copy while the optimizer is allocated), or a
-    // checkpoint's snapshot of parameters and both moments (kept between saves), whichever is
-    // larger; on GPUs it is host memory, not device memory.
+    // checkpoint's snapshot (kept between saves: the slices of parameters and both moments this
+    // rank writes, about 12 bytes per parameter over dp, Checkpointer::Snapshot) with, while it
+    // is taken, the piece passing by (16 MB, or a bucket where ZeRO shards the moments) and, while
+    // it is written, the MPI-IO aggregator's collective buffer (Open MPI 4.1's OMPIO,
+    // io_ompio_bytes_per_agg: 32 MiB, in mca_fcoll_vulcan_file_write_all under heaptrack; rank 0
+    // is an aggregator), whichever is larger; on GPUs it is host memory, not device memory.
     // (LoRA's frozen base goes in a tensor at a time before the optimizer exists: `loading` below.)
-    double staging = (r.checkpoint.dir.empty() ? 4.0 : 12.0) * P / MB;
     // ZeRO-2/3's per-unit buffers and the CPU's scratch appear in the first step, after the
     // initial copy is gone: the peak holds the larger of the two, not both (a checkpoint's
     // snapshot does meet them).
     const double step_transients = unit_working + (cl.device.cpu ? mem.workspace * MB : 0);
-    if (r.checkpoint.dir.empty()) staging = std::max(0.0, staging - step_transients / MB);
+    double staging = std::max(0.0, 4.0 * P - step_transients) / MB;
+    if (!r.checkpoint.dir.empty()) {
+      const double bucket = double(parallel::bucket_mb_to_elems(r.parallel.bucket_mb > 0 ? r.parallel.bucket_mb : 25));
+      const double piece = std::min(P, std::max(double(parallel::kVisitPieceElems), zero >= 1 && dp > 1 ? bucket : 0.0));
+      double file_bytes = 0;
+      for (uint64_t b : ckpt_bytes) file_bytes += double(b);
+      const double aggregator = std::min(file_bytes, double(kMpiIoAggregatorBytes));
+      const double snapshot = 4.0 * double(most_elems_written(ckpt_names, ckpt_bytes, table, 0, s, dp));
+      staging = std::max(staging, (snapshot + std::max(4.0 * piece, aggregator)) / MB);
+    }
     mem.staging = cl.device.cpu ? staging : 0;
     mem.runtime = r.train.precision == "bf16" && cl.device.runtime_bf16_mb > 0 ? cl.device.runtime_bf16_mb
                                                                               : cl.device.runtime_mb;

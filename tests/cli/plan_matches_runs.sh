@@ -15,7 +15,9 @@ model=(--set model.n_layer=4 --set model.d_model=384 --set model.n_head=6 --set 
 # layout is QLoRA from pretrained weights with GPT-2's vocabulary, where the peak is not the
 # step's but the loading's: the frozen embedding (50257 x 384) goes in through a host buffer, a
 # 16-bit staging buffer and the source's copy, 74 MB each (an HF fixture from the independent
-# numpy writer; the fortunes bytes as an llm.c shard, which declares no vocabulary).
+# numpy writer; the fortunes bytes as an llm.c shard, which declares no vocabulary). The very last
+# saves a checkpoint after every step: its peak is the save's (the slices this rank writes, and
+# the larger of the piece passing by and MPI-IO's collective buffer).
 /usr/bin/python3 "$SRC/tests/pretrained/gpt2_numpy.py" make-hf "$WORK/gpt2v" --layers 4 --heads 6 --embd 384 \
   --vocab 50257 --positions 128 --seed 5
 python3 - "$SRC/data/fortunes" "$WORK/bytes.bin" <<'PY'
@@ -34,7 +36,8 @@ layouts=("1 tp=1 pp=1 zero=0 none fp32" "2 tp=1 pp=1 zero=1 none fp32"
          "2 tp=1 pp=1 zero=2 none fp32" "2 tp=1 pp=1 zero=3 none bf16"
          "2 tp=1 pp=2 zero=3 none fp32" "2 tp=1 pp=1 zero=3 none fp32 optim.offload=cpu"
          "1 tp=1 pp=1 zero=0 none fp32 lora.rank=8,lora.quantize=nf4"
-         "2 tp=2 pp=1 zero=0 none bf16 lora.rank=8" "1 tp=1 pp=1 zero=0 none bf16 $pretrained")
+         "2 tp=2 pp=1 zero=0 none bf16 lora.rank=8" "1 tp=1 pp=1 zero=0 none bf16 $pretrained"
+         "4 tp=1 pp=1 zero=1 none fp32 checkpoint.dir=$WORK/ckpt,checkpoint.every=1")
 printf "%-34s %12s %12s %8s %12s %12s\n" layout "pred MB" "meas MB" "err %" "pred ms" "meas ms" | tee "$WORK/table"
 for l in "${layouts[@]}"; do
   read -r np tp pp zero rc prec extra <<< "$l"  # extra: more key=value settings, comma-separated
