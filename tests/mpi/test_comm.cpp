@@ -285,6 +285,46 @@ void test_grad_buckets_bf16(MpiCommunicator& c, const std::string& name) {
   }
 }
 
+// visit_gathered: every element of a buffer whose parts the ranks hold packed (sharded) or
+// whole, once, in ascending pieces that tile it, none larger than a bucket (sharded) or
+// kVisitPieceElems (whole); `fetch` asked only for this rank's parts, at their packed offsets.
+void test_visit_gathered(MpiCommunicator& c, const std::string& name) {
+  const int n = c.size(), me = c.rank();
+  const auto want = [](size_t i) { return float(i % 1013) + 0.5f; };
+  for (size_t total : {size_t(0), size_t(1), size_t(1003), kVisitPieceElems + 7}) {
+    for (bool sharded : {false, true}) {
+      const std::string tag = name + " visit_gathered " + std::to_string(total) + (sharded ? " sharded" : "");
+      const size_t bucket = 100;
+      BucketPlan plan = plan_bucket_shards(total, total ? plan_buckets(total, bucket, {total / 2}) : std::vector<Range>{},
+                                           sharded, n, me);
+      std::vector<float> packed(plan.owned_size);
+      size_t k = 0;
+      for (const Range& r : plan.owned)
+        for (size_t i = r.begin; i < r.end; ++i) packed[k++] = want(i);
+      bool fetch_ok = true, ok = true;
+      size_t next = 0, largest = 0;
+      visit_gathered(
+          c, plan, total,
+          [&](Range part, size_t at, float* dst) {
+            fetch_ok &= at + part.size() <= packed.size();
+            for (size_t i = 0; i < part.size() && fetch_ok; ++i) {
+              fetch_ok &= packed[at + i] == want(part.begin + i);
+              dst[i] = packed[at + i];
+            }
+          },
+          [&](size_t begin, size_t count, const float* data) {
+            ok &= begin == next && count > 0;
+            for (size_t i = 0; i < count; ++i) ok &= data[i] == want(begin + i);
+            next = begin + count;
+            largest = std::max(largest, count);
+          });
+      check(fetch_ok, tag + ": fetch asked for this rank's parts at their packed offsets", me);
+      check(ok && next == total, tag + ": ascending pieces tile the buffer with every element", me);
+      check(largest <= (sharded ? bucket : kVisitPieceElems), tag + ": no piece larger than a bucket", me);
+    }
+  }
+}
+
 // Everything typed, each way MPI reduces 16-bit floats.
 void test_all_typed(MpiCommunicator& c, const std::string& name) {
   for (HalfReduce how : {HalfReduce::UserOp, HalfReduce::ThroughFp32}) {
@@ -297,6 +337,7 @@ void test_all_typed(MpiCommunicator& c, const std::string& name) {
   c.set_half_reduce(kDefaultHalfReduce);
   test_int32(c, name);
   test_dtype_errors(c, name);
+  test_visit_gathered(c, name);
   c.barrier();
 }
 }  // namespace
