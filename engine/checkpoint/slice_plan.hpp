@@ -17,8 +17,8 @@ namespace loom {
 TensorSlice slice_of(const ParamInfo& p);
 
 // Which data-parallel rank writes (and, on load, checksums) each dataset of `bytes` bytes (in
-// dataset order). Every dp replica holds the same slices (ZeRO-1 moments are gathered first), so
-// the datasets are dealt out among them, largest first to the least loaded (ties: the lower dp
+// dataset order). Every dp replica has the same slices to write (under ZeRO, a save gathers what
+// it writes over dp, a bucket at a time), so the datasets are dealt out among them, largest first to the least loaded (ties: the lower dp
 // rank, then the earlier dataset): a job's replicas write at once (on a cluster, from as many
 // nodes) instead of leaving it all to dp rank 0. The same on every rank.
 std::vector<int> spread_over_dp(const std::vector<uint64_t>& bytes, int dp);

@@ -1,6 +1,7 @@
 #include "engine/model/gpt.hpp"
 
 #include "engine/model/gpt_memory.hpp"
+#include "parallel/grad_buckets.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -160,7 +161,7 @@ void Gpt::visit_params(const std::function<void(size_t begin, size_t n, const fl
     storage_->visit_master(use);
     return;
   }
-  constexpr size_t kPiece = size_t(4) << 20;  // 16 MB of fp32
+  constexpr size_t kPiece = parallel::kVisitPieceElems;  // as the sharded visits' unsharded pieces
   const size_t total = table_.total();
   std::vector<float> piece(std::min(total, kPiece));
   for (size_t b = 0; b < total; b += kPiece) {

@@ -39,15 +39,6 @@ void AdamW::step_packed(float* packed_params, const float* packed_grads, double 
   });
 }
 
-void AdamW::export_state(float* full_m, float* full_v) const {
-  size_t packed = 0;
-  for (const parallel::Range& r : owned_) {
-    be_.download(full_m + r.begin, m_ + packed, r.end - r.begin);
-    be_.download(full_v + r.begin, v_ + packed, r.end - r.begin);
-    packed += r.end - r.begin;
-  }
-}
-
 void AdamW::import_state(int which, size_t begin, size_t n, const float* part) {
   float* dst = which == 0 ? m_ : v_;
   size_t packed = 0;

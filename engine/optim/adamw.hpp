@@ -36,9 +36,6 @@ class AdamW {
   float* v() { return v_; }
   size_t owned_size() const { return owned_size_; }
   size_t state_bytes() const { return 2 * owned_size_ * sizeof(float); }
-  // Host arrays of the whole flat buffer's size: the owned ranges of m and v are copied out to
-  // their flat positions; the rest of the arrays is left alone.
-  void export_state(float* full_m, float* full_v) const;
   // Elements [packed, packed + n) of this rank's packed moment `which` (0: m, 1: v) into host `dst`.
   void read_state(int which, size_t packed, size_t n, float* dst) const { be_.download(dst, (which ? v_ : m_) + packed, n); }
   // The same for flat elements [begin, begin + n) of one moment (which = 0: m, 1: v) from `part`

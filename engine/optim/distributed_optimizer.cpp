@@ -88,27 +88,27 @@ void DistributedOptimizer::make_buckets() {
 void DistributedOptimizer::resize_buckets(size_t bucket_elems) {
   if (sharded_) throw std::logic_error("resize_buckets: ZeRO-2/3 keep the plan their shards are laid out by");
   if (bucket_elems == bucket_elems_) return;
-  const size_t total = model_.table->total();
-  // ZeRO-1: the moments are packed by the plan's ownership; every rank takes the full moments
-  // (collective) and keeps its new parts.
-  std::vector<float> m, v;
+  // ZeRO-1: the moments are packed by the plan's ownership. The old state stays until the new is
+  // made, and the old moments pass by a bucket at a time (collective) into the new parts: two
+  // shards at once, never a host copy of every moment.
+  const parallel::BucketPlan old_plan = plan_;
+  std::unique_ptr<AdamW> old_adamw;
+  std::unique_ptr<OffloadAdamW> old_offload;
   if (plan_.sharded) {
-    m.resize(total);
-    v.resize(total);
-    export_moments(m.data(), v.data());
+    old_adamw = std::move(adamw_);
+    old_offload = std::move(offload_);
+    release_owned(buckets_->owned_grads_typed().data);  // the old shard buffer
   }
-  if (plan_.sharded) release_owned(buckets_->owned_grads_typed().data);  // the old shard buffer
   buckets_.reset();
   release_owned(owned32_);
   owned32_ = nullptr;
   bucket_elems_ = bucket_elems;
   make_buckets();
-  if (plan_.sharded) {
-    adamw_.reset();
-    offload_.reset();
+  if (old_plan.sharded) {
     make_adamw(config_);
-    import_moment(0, 0, total, m.data());
-    import_moment(1, 0, total, v.data());
+    for (int which : {0, 1})
+      visit_state(old_plan, old_adamw.get(), old_offload.get(), which,
+                  [&](size_t begin, size_t n, const float* data) { import_moment(which, begin, n, data); });
   }
 }
 
@@ -281,25 +281,22 @@ void DistributedOptimizer::update(double grad_norm, double lr, double grad_scale
   parallel::all_gather_parts(groups_.device_dp(), plan_, TypedPtr(model_.params));
 }
 
-void DistributedOptimizer::export_moments(float* full_m, float* full_v) {
-  if (offload_)
-    offload_->export_state(full_m, full_v);
-  else
-    adamw_->export_state(full_m, full_v);
-  // Host arrays: gathered over the host (MPI) dp group, whatever the backend.
-  parallel::all_gather_parts(groups_.dp(), plan_, full_m);
-  parallel::all_gather_parts(groups_.dp(), plan_, full_v);
-}
-
 void DistributedOptimizer::visit_moment(int which,
                                         const std::function<void(size_t begin, size_t n, const float* data)>& use) const {
+  visit_state(plan_, adamw_.get(), offload_.get(), which, use);
+}
+
+void DistributedOptimizer::visit_state(const parallel::BucketPlan& plan, const AdamW* adamw,
+                                       const OffloadAdamW* offload, int which,
+                                       const std::function<void(size_t begin, size_t n, const float* data)>& use) const {
+  // Host pieces: gathered over the host (MPI) dp group, whatever the backend.
   parallel::visit_gathered(
-      groups_.dp(), plan_, model_.table->total(),
+      groups_.dp(), plan, model_.table->total(),
       [&](parallel::Range part, size_t packed, float* dst) {
-        if (offload_)
-          offload_->read_state(which, packed, part.size(), dst);
+        if (offload)
+          offload->read_state(which, packed, part.size(), dst);
         else
-          adamw_->read_state(which, packed, part.size(), dst);
+          adamw->read_state(which, packed, part.size(), dst);
       },
       use);
 }

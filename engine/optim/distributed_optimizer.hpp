@@ -105,14 +105,10 @@ class DistributedOptimizer {
   int64_t updates() const { return updates_; }
   void set_updates(int64_t n) { updates_ = n; }
 
-  // Checkpoints. Collective over dp: every element of full_m and full_v (host, table.total()
-  // floats each) is written: this rank's moments at their flat positions and, at zero 1, every
-  // other dp rank's (the ownership ranges of all dp ranks tile the buffer), so every dp rank holds
-  // the moments of its whole (tp, pp) slice.
-  void export_moments(float* full_m, float* full_v);
-  // Moment `which` (0: m, 1: v) of the whole (tp, pp) slice, a piece at a time in ascending
-  // order (parallel::visit_gathered): `use(begin, n, data)` gets flat elements [begin, begin + n).
-  // Collective over dp; no rank holds more than a bucket of it at once.
+  // Checkpoints. Moment `which` (0: m, 1: v) of the whole (tp, pp) slice, a piece at a time in
+  // ascending order (parallel::visit_gathered): `use(begin, n, data)` gets flat elements
+  // [begin, begin + n), this rank's and, under ZeRO, every other dp rank's (the ownership ranges of
+  // all dp ranks tile the buffer). Collective over dp; no rank holds more than a bucket at once.
   void visit_moment(int which, const std::function<void(size_t begin, size_t n, const float* data)>& use) const;
   // Sets flat elements [begin, begin + n) of moment `which` (0: m, 1: v) from host `part`, where
   // this rank owns them (a checkpoint loads tensor by tensor).
@@ -190,6 +186,9 @@ class DistributedOptimizer {
   void convert_ready(size_t from);
   void count_local(size_t from);
   void make_buckets();  // zero 0/1: plan_, buckets_ and the bf16 buffers at bucket_elems_
+  // visit_moment over the state of `plan` held by `adamw` or `offload` (resize_buckets: the old one).
+  void visit_state(const parallel::BucketPlan& plan, const AdamW* adamw, const OffloadAdamW* offload, int which,
+                   const std::function<void(size_t begin, size_t n, const float* data)>& use) const;
   void* alloc_owned(DType t, size_t n);
   void release_owned(void* p);
   void make_adamw(const DistOptimConfig& config);

@@ -52,15 +52,6 @@ void OffloadAdamW::step(float* device_params, bool packed, const float* device_g
   transfer(device_params, packed, false);
 }
 
-void OffloadAdamW::export_state(float* full_m, float* full_v) const {
-  size_t k = 0;
-  for (const parallel::Range& r : owned_) {
-    std::memcpy(full_m + r.begin, m_ + k, r.size() * sizeof(float));
-    std::memcpy(full_v + r.begin, v_ + k, r.size() * sizeof(float));
-    k += r.size();
-  }
-}
-
 void OffloadAdamW::import_state(int which, size_t begin, size_t n, const float* part) {
   master_valid_ = false;  // a load sets the parameters too: read them again at the next update
   float* dst = which == 0 ? m_ : v_;

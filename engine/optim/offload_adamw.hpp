@@ -13,8 +13,8 @@
 // runs, and an offloaded run matches one without offload bit for bit (host_adamw's bits are the
 // CPU backend's).
 #include <cstddef>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "engine/model/param_table.hpp"
@@ -37,8 +37,7 @@ class OffloadAdamW {
   void step(float* device_params, bool packed, const float* device_grads, double lr, int64_t t, float grad_factor);
   size_t owned_size() const { return owned_size_; }
   size_t host_bytes() const { return 4 * owned_size_ * sizeof(float); }  // master, m, v, gradient staging
-  // As AdamW's (host arrays of the whole flat buffer's size).
-  void export_state(float* full_m, float* full_v) const;
+  // As AdamW's.
   void read_state(int which, size_t packed, size_t n, float* dst) const {
     std::memcpy(dst, (which ? v_ : m_) + packed, n * sizeof(float));
   }

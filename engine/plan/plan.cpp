@@ -237,28 +237,37 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
                                         shape, B, tp, spec.n_layers, spec.last, compute,
                                         cpu_threads_per_rank(cl.per_node)))) / MB
                                   : 32;
-    // Host staging: the initial parameters (a full copy while the optimizer is allocated), or a
-    // checkpoint's snapshot (kept between saves: the slices of parameters and both moments this
-    // rank writes, about 12 bytes per parameter over dp, Checkpointer::Snapshot) with, while it
-    // is taken, the piece passing by (16 MB, or a bucket where ZeRO shards the moments) and, while
-    // it is written, the MPI-IO aggregator's collective buffer (Open MPI 4.1's OMPIO,
-    // io_ompio_bytes_per_agg: 32 MiB, in mca_fcoll_vulcan_file_write_all under heaptrack; rank 0
-    // is an aggregator), whichever is larger; on GPUs it is host memory, not device memory.
-    // (LoRA's frozen base goes in a tensor at a time before the optimizer exists: `loading` below.)
-    // ZeRO-2/3's per-unit buffers and the CPU's scratch appear in the first step, after the
-    // initial copy is gone: the peak holds the larger of the two, not both (a checkpoint's
-    // snapshot does meet them).
+    // Host staging, the largest of:
+    // - the initial parameters (a full copy while the optimizer is allocated), less what the
+    //   first step adds after it is gone (ZeRO-2/3's per-unit buffers, the CPU's scratch);
+    // - with checkpoint.dir, a save's: its snapshot (kept between saves: the slices of parameters
+    //   and both moments this rank writes, about 12 bytes per parameter over dp,
+    //   Checkpointer::Snapshot) and, while it is taken, the piece passing by (16 MB, or a bucket
+    //   where ZeRO shards the state, at any dp) or, while it is written, the MPI-IO aggregator's
+    //   collective buffer (Open MPI 4.1's OMPIO, io_ompio_bytes_per_agg: 32 MiB, in
+    //   mca_fcoll_vulcan_file_write_all under heaptrack; rank 0 is an aggregator);
+    // - ZeRO-1 with parallel.bucket_mb auto at dp > 1: the re-bucketing after the second step
+    //   holds the old optimizer state beside the new one while the moments pass over a bucket at
+    //   a time (DistributedOptimizer::resize_buckets), over a snapshot already taken.
+    // On GPUs it is host memory, not device memory (and the re-bucketing's is device memory, not
+    // counted there). (LoRA's frozen base goes in a tensor at a time before the optimizer exists:
+    // `loading` below.)
     const double step_transients = unit_working + (cl.device.cpu ? mem.workspace * MB : 0);
     double staging = std::max(0.0, 4.0 * P - step_transients) / MB;
+    const bool auto_buckets = r.parallel.bucket_mb == 0;
+    const double bucket = double(parallel::bucket_mb_to_elems(auto_buckets ? parallel::BucketSizing{}.max_mb
+                                                                           : r.parallel.bucket_mb));
+    const double piece = std::min(P, std::max(double(parallel::kVisitPieceElems), zero >= 1 ? bucket : 0.0));
+    const double snapshot =
+        r.checkpoint.dir.empty() ? 0 : 4.0 * double(most_elems_written(ckpt_names, ckpt_bytes, table, 0, s, dp));
     if (!r.checkpoint.dir.empty()) {
-      const double bucket = double(parallel::bucket_mb_to_elems(r.parallel.bucket_mb > 0 ? r.parallel.bucket_mb : 25));
-      const double piece = std::min(P, std::max(double(parallel::kVisitPieceElems), zero >= 1 && dp > 1 ? bucket : 0.0));
       double file_bytes = 0;
       for (uint64_t b : ckpt_bytes) file_bytes += double(b);
       const double aggregator = std::min(file_bytes, double(kMpiIoAggregatorBytes));
-      const double snapshot = 4.0 * double(most_elems_written(ckpt_names, ckpt_bytes, table, 0, s, dp));
       staging = std::max(staging, (snapshot + std::max(4.0 * piece, aggregator)) / MB);
     }
+    if (zero == 1 && dp > 1 && auto_buckets && r.parallel.overlap_grad_reduce)
+      staging = std::max(staging, (snapshot + owned * (offload ? 16 : 8) + 4.0 * piece) / MB);
     mem.staging = cl.device.cpu ? staging : 0;
     mem.runtime = r.train.precision == "bf16" && cl.device.runtime_bf16_mb > 0 ? cl.device.runtime_bf16_mb
                                                                               : cl.device.runtime_mb;

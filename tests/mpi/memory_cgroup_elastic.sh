@@ -71,7 +71,7 @@ corpus
 cd "$SRC"
 export OMP_NUM_THREADS=1
 # 19M parameters at ZeRO-1 (docs/parallelism.md): on 2 ranks each holds half the AdamW moments;
-# on 1 rank, with checkpoint.dir set, the plan predicts 650 MB. The cap of 300 MB is far above what a rank takes
+# on 1 rank, with checkpoint.dir set, the plan predicts 682 MB. The cap of 300 MB is far above what a rank takes
 # before it allocates the model (~50 MB) and far below its need.
 common=(--set model.d_model=512 --set model.n_layer=6 --set model.n_head=8 --set train.micro_batch=2
         --set train.global_batch=4 --set train.steps=4 --set log.every=1 --set log.eval_every=0

@@ -189,6 +189,52 @@ TEST_CASE("every stored element of every dataset has exactly one writer under ev
   CHECK(layouts == 31);  // every (tp, pp, dp), tp and pp in {1, 2, 4}, of at most 8 ranks; pp = 2 split two ways
 }
 
+// A save's snapshot keeps the slices datasets_written names: the canonical holders', every
+// dataset in full once over the grid; loom plan's most_elems_written is the largest dp rank's.
+TEST_CASE("datasets_written names the canonical holders' slices and most_elems_written the largest rank's") {
+  const GptShape s = tiny();
+  const std::vector<GlobalTensor> tensors = global_tensors(s);
+  const std::vector<uint64_t> bytes = dataset_bytes(tensors);
+  std::vector<std::string> names;
+  for (const GlobalTensor& g : tensors) names.push_back(g.name);
+  for (int tp : {1, 2})
+    for (int pp : {1, 2})
+      for (int dp : {1, 2, 3}) {
+        const std::vector<int> layers = even_split(s.n_layer, pp);
+        const std::vector<int> owner_dp = spread_over_dp(bytes, dp);
+        INFO("tp=" << tp << " pp=" << pp << " dp=" << dp);
+        std::vector<int> writers(3 * tensors.size(), 0);
+        for (int c_tp = 0; c_tp < tp; ++c_tp)
+          for (int c_pp = 0; c_pp < pp; ++c_pp) {
+            const ParamTable table = gpt_param_table(s, c_tp, tp, stage_of(layers, c_pp));
+            size_t most = 0;
+            for (int c_dp = 0; c_dp < dp; ++c_dp) {
+              const GridLayout::Coord c{c_tp, c_dp, c_pp};
+              const std::vector<const ParamInfo*> w = datasets_written(names, table, c, owner_dp);
+              REQUIRE(w.size() == 3 * tensors.size());
+              size_t elems = 0;
+              for (size_t d = 0; d < w.size(); ++d) {
+                const ParamInfo* p = table.find_if_held(names[d / 3]);
+                CHECK(w[d] == (p && canonical_holder(*p, c, owner_dp[d]) ? p : nullptr));
+                if (w[d]) {
+                  ++writers[d];
+                  elems += w[d]->numel;
+                }
+              }
+              most = std::max(most, elems);
+            }
+            CHECK(most_elems_written(names, bytes, table, c_tp, c_pp, dp) == most);
+            CHECK(most > 0);
+          }
+        // Each dataset: one writer per tp slice of a split tensor, one for a replicated one.
+        for (size_t d = 0; d < writers.size(); ++d) {
+          INFO(names[d / 3]);
+          CHECK(writers[d] >= 1);
+          CHECK(writers[d] <= tp);
+        }
+      }
+}
+
 TEST_CASE("the tied embedding: the first stage's wte is written, the last stage's copy never") {
   const GptShape s = tiny();
   const GridLayout grid{2, 2, 2};
