@@ -238,8 +238,10 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
                                         cpu_threads_per_rank(cl.per_node)))) / MB
                                   : 32;
     // Host staging, the largest of:
-    // - the initial parameters (a full copy while the optimizer is allocated), less what the
-    //   first step adds after it is gone (ZeRO-2/3's per-unit buffers, the CPU's scratch);
+    // - the initial parameters going in once the optimizer exists, a tensor at a time
+    //   (Trainer::build_model: one tensor's host buffer, and with model.init_from the source's
+    //   fp32 copy of the global tensor being read), less what the first step adds after they are
+    //   gone (ZeRO-2/3's per-unit buffers, the CPU's scratch);
     // - with checkpoint.dir, a save's: its snapshot (kept between saves: the slices of parameters
     //   and both moments this rank writes, about 12 bytes per parameter over dp,
     //   Checkpointer::Snapshot) and, while it is taken, the piece passing by (16 MB, or a bucket
@@ -253,7 +255,10 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     // counted there). (LoRA's frozen base goes in a tensor at a time before the optimizer exists:
     // `loading` below.)
     const double step_transients = unit_working + (cl.device.cpu ? mem.workspace * MB : 0);
-    double staging = std::max(0.0, 4.0 * P - step_transients) / MB;
+    size_t largest_tensor = 0;
+    for (const ParamInfo& q : table.params()) largest_tensor = std::max(largest_tensor, q.numel);
+    const double read_trainable = m.init_from.empty() ? 0 : double(pretrained_read_bytes(table));
+    double staging = std::max(0.0, 4.0 * double(largest_tensor) + read_trainable - step_transients) / MB;
     const bool auto_buckets = r.parallel.bucket_mb == 0;
     const double bucket = double(parallel::bucket_mb_to_elems(auto_buckets ? parallel::BucketSizing{}.max_mb
                                                                            : r.parallel.bucket_mb));
@@ -276,16 +281,15 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
     // flat parameters and gradients as ModelHolds allows: both at zero 0/1, the parameters at
     // zero 2, neither at zero 3, whose shards and unit buffers the optimizer makes later; the
     // frozen base; the activations), the optimizer's state and communication buffers not yet.
-    // On top: the initial parameters' host copy, and one tensor in flight: LoRA's fp32 host
-    // buffer and 16-bit staging buffer (gpt_frozen_load_elems), and with model.init_from the
-    // source's fp32 copy of the global tensor being read. Host memory counts on the CPU only.
+    // On top: one frozen tensor in flight: LoRA's fp32 host buffer and 16-bit staging buffer
+    // (gpt_frozen_load_elems), and with model.init_from the source's fp32 copy of the global
+    // tensor being read. Host memory counts on the CPU only. (The trainable parameters go in
+    // after the optimizer is made: host staging above.)
     const FrozenLoadElems fl = gpt_frozen_load_elems(frozen_table, shape.lora, bf16);
     double in_flight_bytes = double(fl.backend) * 4;
     if (cl.device.cpu) {
-      const double read = m.init_from.empty() ? 0 : double(pretrained_read_bytes(table)),
-                   read_frozen = m.init_from.empty() ? 0 : double(pretrained_read_bytes(frozen_table));
-      // load_pretrained (the trainable tensors, into the host copy), then set_frozen.
-      in_flight_bytes = std::max(read, double(fl.host) * 4 + in_flight_bytes + read_frozen) + 4.0 * P;
+      const double read_frozen = m.init_from.empty() ? 0 : double(pretrained_read_bytes(frozen_table));
+      in_flight_bytes = double(fl.host) * 4 + in_flight_bytes + read_frozen;
     }
     const double held = (zero <= 2 ? P * flat_bytes : 0) + (zero <= 1 ? P * 4 : 0) + frozen;
     // (The CPU's scratch comes with the first pass, after the loading.)

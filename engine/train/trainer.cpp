@@ -100,9 +100,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   const MemoryRoom room = memory_room();
   // Collective: every rank's host name (for run.json, and to count the ranks sharing this node).
   const std::vector<std::string> hosts = gather_hostnames(groups);
-  // The initial parameters' host copy lives to the end of construction, as `loom plan` models it
-  // (plan.cpp: host staging; freeing it earlier shifts the peak differently per layout).
-  const std::vector<float> init = build_model(hosts, room);
+  build_model(hosts, room);
   step_ = std::make_unique<TrainStep>(
       *model_, *optim_, groups, trace_,
       StepShape{r_.train.micro_batch, m.seq_len, m.d_model, r_.grad_accum(), r_.global_batch_resolved(),
@@ -158,7 +156,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
 // The model and its optimizer, after saying out of memory before anything large is allocated
 // where the plan can tell. Either may fail on some ranks only (nodes differ): the ranks agree
 // before going on to the collective calls that follow.
-std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, const MemoryRoom& room) {
+void Trainer::build_model(const std::vector<std::string>& hosts, const MemoryRoom& room) {
   const auto& m = r_.model;
   const int tp = r_.parallel.tp, pp = r_.parallel.pp, stage = groups_.coord().pp;
   // The vocabulary is padded to a multiple of 128 * tp: every rank gets an equal, aligned slice.
@@ -172,7 +170,6 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, c
   const int slots = parallel::pipeline_in_flight(stage, pp, r_.grad_accum_max());
   const char* allocating = "the model (parameters, gradients, activations)";
   std::string error;
-  std::vector<float> init;  // the initial parameters' host copy, returned
   try {
     if (backend_->name() == "cpu")
       check_host_memory_fits(r_, int(std::count(hosts.begin(), hosts.end(), hosts[size_t(rank_)])), room);
@@ -182,8 +179,6 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, c
     model_ = std::make_unique<Gpt>(*backend_, shape, r_.train.micro_batch,
                                    TensorParallel{groups_.coord().tp, tp, &groups_.device_tp()}, spec, slots,
                                    recompute_from_name(r_.train.recompute), compute_, holds);
-    init.resize(model_->num_params());
-    init_params(model_->table(), shape, r_.train.seed, init.data());
     // With LoRA, the frozen base, a tensor at a time: from model.init_from, else the seed's init.
     std::unique_ptr<PretrainedSource> src;
     const auto t0 = std::chrono::steady_clock::now();
@@ -192,15 +187,11 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, c
       src = open_pretrained(m.init_from);
       if (std::string why = pretrained_mismatch(m, *src); !why.empty())
         throw std::runtime_error("model.init_from: " + why);
-      load_pretrained(model_->table(), shape, *src, init.data());
     }
     model_->set_frozen([&](const ParamInfo& p, float* dst) {
       if (src) load_pretrained_param(p, shape, *src, dst);
       else init_param(p, shape, r_.train.seed, dst);
     });
-    if (src && rank_ == 0)
-      std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     // LoRA: the frozen base, as its checkpoints will record it.
     if (src && shape.lora.on()) {
       lora_base_path_ = std::filesystem::absolute(src->path()).lexically_normal().string();
@@ -223,7 +214,20 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, c
                      model_->units(), compute_},
         groups_, cfg);
     model_->set_storage(optim_->unit_storage());
-    model_->set_params(init.data());
+    // The trainable parameters, a tensor at a time too, once the optimizer exists (at ZeRO-3 its
+    // storage keeps what this rank owns of each): from model.init_from (LoRA's adapters from their
+    // init), else the seed's init. One tensor's host buffer, never a copy of the whole slice.
+    allocating = src ? "the pretrained weights (model.init_from)" : "the initial parameters";
+    std::vector<float> tensor;
+    for (const ParamInfo& p : model_->table().params()) {
+      tensor.resize(p.numel);
+      if (src && !is_lora_adapter(p.name)) load_pretrained_param(p, shape, *src, tensor.data());
+      else init_param(p, shape, r_.train.seed, tensor.data());
+      model_->set_params(p.offset, p.numel, tensor.data());
+    }
+    if (src && rank_ == 0)
+      std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   } catch (const std::bad_alloc& e) {
     // A host allocation's what() is only "std::bad_alloc"; the CUDA backend's says how much was
     // asked for, where, and what the GPU had (kernels/cuda/cuda_check.cuh: DeviceOutOfMemory).
@@ -233,7 +237,6 @@ std::vector<float> Trainer::build_model(const std::vector<std::string>& hosts, c
     error = e.what();
   }
   if (error = parallel::agree_on_error(error, groups_.world()); !error.empty()) throw std::runtime_error(error);
-  return init;
 }
 
 Trainer::~Trainer() = default;  // watchdog_ stops the watchdog

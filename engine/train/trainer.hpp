@@ -74,8 +74,8 @@ class Trainer {
   Gpt& model() { return *model_; }
 
  private:
-  // Returns the initial parameters; `room`: this rank's memory_room(), read before any rank allocated.
-  std::vector<float> build_model(const std::vector<std::string>& hosts, const MemoryRoom& room);
+  // `room`: this rank's memory_room(), read before any rank allocated.
+  void build_model(const std::vector<std::string>& hosts, const MemoryRoom& room);
   // trainer_data.cpp: data.train and data.val opened and checked, the same on every rank (their
   // fingerprints to `train_print`, `val_print`: tokens 0 without data.val), the validation
   // batches made; then, once resumed_ and data_now_ are set, where the stream starts.
