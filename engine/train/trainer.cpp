@@ -192,6 +192,7 @@ void Trainer::build_model(const std::vector<std::string>& hosts, const MemoryRoo
       if (src) load_pretrained_param(p, shape, *src, dst);
       else init_param(p, shape, r_.train.seed, dst);
     });
+    double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // LoRA: the frozen base, as its checkpoints will record it.
     if (src && shape.lora.on()) {
       lora_base_path_ = std::filesystem::absolute(src->path()).lexically_normal().string();
@@ -219,15 +220,16 @@ void Trainer::build_model(const std::vector<std::string>& hosts, const MemoryRoo
     // init), else the seed's init. One tensor's host buffer, never a copy of the whole slice.
     allocating = src ? "the pretrained weights (model.init_from)" : "the initial parameters";
     std::vector<float> tensor;
+    const auto t1 = std::chrono::steady_clock::now();
     for (const ParamInfo& p : model_->table().params()) {
       tensor.resize(p.numel);
       if (src && !is_lora_adapter(p.name)) load_pretrained_param(p, shape, *src, tensor.data());
       else init_param(p, shape, r_.train.seed, tensor.data());
       model_->set_params(p.offset, p.numel, tensor.data());
     }
+    load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();  // not the optimizer's set-up
     if (src && rank_ == 0)
-      std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      std::printf("loom: model.init_from: %s (%s) loaded in %.2f s\n", m.init_from.c_str(), src->format().c_str(), load_s);
   } catch (const std::bad_alloc& e) {
     // A host allocation's what() is only "std::bad_alloc"; the CUDA backend's says how much was
     // asked for, where, and what the GPU had (kernels/cuda/cuda_check.cuh: DeviceOutOfMemory).
