@@ -101,8 +101,8 @@ class Gpt {
 
   // Sets the parameters from a host buffer of num_params() floats (and their compute copy).
   void set_params(const float* host);
-  // Sets elements [offset, offset + n) of the flat parameters (a checkpoint loads tensor by
-  // tensor). ModelHolds::Nothing: the storage keeps what this rank owns of them.
+  // Sets elements [offset, offset + n) of the flat parameters (the initial parameters and a
+  // checkpoint go in tensor by tensor). ModelHolds::Nothing: the storage keeps what this rank owns.
   void set_params(size_t offset, size_t n, const float* host);
   // The whole flat parameter buffer into host memory. ModelHolds::Nothing: gathered by the
   // storage, collective over its data-parallel group.
