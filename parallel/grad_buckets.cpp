@@ -65,16 +65,8 @@ void all_gather_parts(Communicator& group, const BucketPlan& plan, TypedPtr buf)
 void visit_gathered(Communicator& group, const BucketPlan& plan, size_t n,
                     const std::function<void(Range part, size_t packed, float* dst)>& fetch,
                     const std::function<void(size_t begin, size_t n, const float* data)>& use) {
+  if (!plan.sharded) return visit_pieces(n, fetch, use);
   std::vector<float> buf;
-  if (!plan.sharded) {
-    buf.resize(std::min(n, kVisitPieceElems));
-    for (size_t b = 0; b < n; b += kVisitPieceElems) {
-      const size_t e = std::min(n, b + kVisitPieceElems);
-      fetch({b, e}, b, buf.data());
-      use(b, e - b, buf.data());
-    }
-    return;
-  }
   // Buckets are in launch order (backward's: from the end of the buffer down); visited upwards.
   std::vector<size_t> order(plan.buckets.size());
   size_t largest = 0;

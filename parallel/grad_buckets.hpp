@@ -80,6 +80,17 @@ void all_gather_parts(Communicator& group, const BucketPlan& plan, TypedPtr buf)
 // call returns. Sharded: a bucket at a time, gathered over `group` (host memory: an MPI
 // communicator), collective; unsharded: pieces of at most kVisitPieceElems, local.
 constexpr size_t kVisitPieceElems = size_t(4) << 20;  // 16 MB of fp32
+// The unsharded case alone, local: [0, n) in pieces of at most kVisitPieceElems. (Inline: the
+// model reads its own flat parameters so, without linking the communicators.)
+inline void visit_pieces(size_t n, const std::function<void(Range part, size_t packed, float* dst)>& fetch,
+                         const std::function<void(size_t begin, size_t n, const float* data)>& use) {
+  std::vector<float> buf(n < kVisitPieceElems ? n : kVisitPieceElems);
+  for (size_t b = 0; b < n; b += kVisitPieceElems) {
+    const size_t e = n - b < kVisitPieceElems ? n : b + kVisitPieceElems;
+    fetch({b, e}, b, buf.data());
+    use(b, e - b, buf.data());
+  }
+}
 void visit_gathered(Communicator& group, const BucketPlan& plan, size_t n,
                     const std::function<void(Range part, size_t packed, float* dst)>& fetch,
                     const std::function<void(size_t begin, size_t n, const float* data)>& use);

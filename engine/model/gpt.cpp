@@ -161,14 +161,9 @@ void Gpt::visit_params(const std::function<void(size_t begin, size_t n, const fl
     storage_->visit_master(use);
     return;
   }
-  constexpr size_t kPiece = parallel::kVisitPieceElems;  // as the sharded visits' unsharded pieces
-  const size_t total = table_.total();
-  std::vector<float> piece(std::min(total, kPiece));
-  for (size_t b = 0; b < total; b += kPiece) {
-    const size_t n = std::min(kPiece, total - b);
-    be_.download(piece.data(), params_ + b, n);
-    use(b, n, piece.data());
-  }
+  parallel::visit_pieces(
+      table_.total(), [&](parallel::Range part, size_t, float* dst) { be_.download(dst, params_ + part.begin, part.size()); },
+      use);
 }
 void Gpt::get_grads(float* host) const {
   if (!grads_) throw std::logic_error("Gpt::get_grads: the gradients are sharded (ZeRO-2/3)");

@@ -7,16 +7,13 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "engine/checkpoint/checkpoint_layout.hpp"
 #include "engine/checkpoint/lora_manifest.hpp"
-#include "engine/checkpoint/slice_plan.hpp"
 #include "engine/model/gpt_memory.hpp"
 #include "engine/model/param_table.hpp"
+#include "engine/plan/host_staging.hpp"
 #include "engine/plan/zero_unit_buffers.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "kernels/backend.hpp"
-#include "parallel/bucket_sizing.hpp"
-#include "parallel/grad_buckets.hpp"
 #include "parallel/mpi_communicator.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/ring_allreduce.hpp"
@@ -116,9 +113,6 @@ DeviceSpec device_spec(const std::string& name) {
   return d;
 }
 
-// Open MPI 4.1's OMPIO collective buffer per aggregator (io_ompio_bytes_per_agg's default).
-constexpr size_t kMpiIoAggregatorBytes = size_t(32) << 20;
-
 Prediction predict(const Recipe& r, const Cluster& cl) {
   const auto& m = r.model;
   const int tp = r.parallel.tp, pp = r.parallel.pp;
@@ -159,9 +153,6 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
   // The most micro-batches a step accumulates: goodput's train.batch_max, else the fixed batch's.
   const int accum_max = std::max(accum, staged.grad_accum_max());
   size_t largest_params = 0;
-  std::vector<std::string> ckpt_names;  // the checkpoint's global tensors (a save's snapshot)
-  for (const GlobalTensor& g : global_tensors(shape)) ckpt_names.push_back(g.name);
-  const std::vector<uint64_t> ckpt_bytes = dataset_bytes(global_tensors(shape));
   for (int s = 0, first = 0; s < pp; first += layers[size_t(s)], ++s) {
     const StageSpec spec{first, layers[size_t(s)], s == 0, s == pp - 1};
     const ParamTable table = gpt_param_table(shape, 0, tp, spec);
@@ -237,42 +228,10 @@ Prediction predict(const Recipe& r, const Cluster& cl) {
                                         shape, B, tp, spec.n_layers, spec.last, compute,
                                         cpu_threads_per_rank(cl.per_node)))) / MB
                                   : 32;
-    // Host staging, the largest of:
-    // - the initial parameters going in once the optimizer exists, a tensor at a time
-    //   (Trainer::build_model: one tensor's host buffer, and with model.init_from the source's
-    //   fp32 copy of the global tensor being read), less what the first step adds after they are
-    //   gone (ZeRO-2/3's per-unit buffers, the CPU's scratch);
-    // - with checkpoint.dir, a save's: its snapshot (kept between saves: the slices of parameters
-    //   and both moments this rank writes, about 12 bytes per parameter over dp,
-    //   Checkpointer::Snapshot) and, while it is taken, the piece passing by (16 MB, or a bucket
-    //   where ZeRO shards the state, at any dp) or, while it is written, the MPI-IO aggregator's
-    //   collective buffer (Open MPI 4.1's OMPIO, io_ompio_bytes_per_agg: 32 MiB, in
-    //   mca_fcoll_vulcan_file_write_all under heaptrack; rank 0 is an aggregator);
-    // - ZeRO-1 with parallel.bucket_mb auto at dp > 1: the re-bucketing after the second step
-    //   holds the old optimizer state beside the new one while the moments pass over a bucket at
-    //   a time (DistributedOptimizer::resize_buckets), over a snapshot already taken.
-    // On GPUs it is host memory, not device memory (and the re-bucketing's is device memory, not
-    // counted there). (LoRA's frozen base goes in a tensor at a time before the optimizer exists:
-    // `loading` below.)
+    // Host staging (engine/plan/host_staging.hpp): what the first step adds after the initial
+    // parameters' buffers are gone (ZeRO-2/3's per-unit buffers, the CPU's scratch) is taken off.
     const double step_transients = unit_working + (cl.device.cpu ? mem.workspace * MB : 0);
-    size_t largest_tensor = 0;
-    for (const ParamInfo& q : table.params()) largest_tensor = std::max(largest_tensor, q.numel);
-    const double read_trainable = m.init_from.empty() ? 0 : double(pretrained_read_bytes(table));
-    double staging = std::max(0.0, 4.0 * double(largest_tensor) + read_trainable - step_transients) / MB;
-    const bool auto_buckets = r.parallel.bucket_mb == 0;
-    const double bucket = double(parallel::bucket_mb_to_elems(auto_buckets ? parallel::BucketSizing{}.max_mb
-                                                                           : r.parallel.bucket_mb));
-    const double piece = std::min(P, std::max(double(parallel::kVisitPieceElems), zero >= 1 ? bucket : 0.0));
-    const double snapshot =
-        r.checkpoint.dir.empty() ? 0 : 4.0 * double(most_elems_written(ckpt_names, ckpt_bytes, table, 0, s, dp));
-    if (!r.checkpoint.dir.empty()) {
-      double file_bytes = 0;
-      for (uint64_t b : ckpt_bytes) file_bytes += double(b);
-      const double aggregator = std::min(file_bytes, double(kMpiIoAggregatorBytes));
-      staging = std::max(staging, (snapshot + std::max(4.0 * piece, aggregator)) / MB);
-    }
-    if (zero == 1 && dp > 1 && auto_buckets && r.parallel.overlap_grad_reduce)
-      staging = std::max(staging, (snapshot + owned * (offload ? 16 : 8) + 4.0 * piece) / MB);
+    const double staging = host_staging_bytes(r, shape, table, s, dp, step_transients) / MB;
     mem.staging = cl.device.cpu ? staging : 0;
     mem.runtime = r.train.precision == "bf16" && cl.device.runtime_bf16_mb > 0 ? cl.device.runtime_bf16_mb
                                                                               : cl.device.runtime_mb;

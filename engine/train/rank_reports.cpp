@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "engine/optim/owned_pieces.hpp"
 #include "engine/util/crc32c.hpp"
 #include "engine/util/host_memory.hpp"
 #include "parallel/host_collectives.hpp"
@@ -126,10 +127,10 @@ template <typename Which>
 bool same_on_every_member(parallel::MpiCommunicator& group, const Gpt& model, Which which) {
   uint32_t crc = 0;
   model.visit_params([&](size_t begin, size_t n, const float* data) {
-    for (const ParamInfo& p : model.table().params()) {
-      const size_t lo = std::max(begin, p.offset), hi = std::min(begin + n, p.offset + p.numel);
-      if (lo < hi && which(p)) crc = crc32c(data + (lo - begin), (hi - lo) * sizeof(float), crc);
-    }
+    // The piece as the one "owned" range, so each intersection's position in it is `at`.
+    for_each_owned_piece({{begin, begin + n}}, model.table(), [&](const ParamInfo& p, size_t lo, size_t hi, size_t at) {
+      if (which(p)) crc = crc32c(data + at, (hi - lo) * sizeof(float), crc);
+    });
   });
   const double mine = double(crc);
   return group.sum_ordered(mine) == mine * group.size();

@@ -188,10 +188,13 @@ void Trainer::build_model(const std::vector<std::string>& hosts, const MemoryRoo
       if (std::string why = pretrained_mismatch(m, *src); !why.empty())
         throw std::runtime_error("model.init_from: " + why);
     }
-    model_->set_frozen([&](const ParamInfo& p, float* dst) {
-      if (src) load_pretrained_param(p, shape, *src, dst);
+    // A tensor's initial value: from model.init_from (but LoRA's adapters, from their init),
+    // else the seed's init.
+    auto initial = [&](const ParamInfo& p, float* dst) {
+      if (src && !is_lora_adapter(p.name)) load_pretrained_param(p, shape, *src, dst);
       else init_param(p, shape, r_.train.seed, dst);
-    });
+    };
+    model_->set_frozen(initial);
     double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // LoRA: the frozen base, as its checkpoints will record it.
     if (src && shape.lora.on()) {
@@ -216,15 +219,14 @@ void Trainer::build_model(const std::vector<std::string>& hosts, const MemoryRoo
         groups_, cfg);
     model_->set_storage(optim_->unit_storage());
     // The trainable parameters, a tensor at a time too, once the optimizer exists (at ZeRO-3 its
-    // storage keeps what this rank owns of each): from model.init_from (LoRA's adapters from their
-    // init), else the seed's init. One tensor's host buffer, never a copy of the whole slice.
+    // storage keeps what this rank owns of each): one tensor's host buffer, never a copy of the
+    // whole slice.
     allocating = src ? "the pretrained weights (model.init_from)" : "the initial parameters";
     std::vector<float> tensor;
     const auto t1 = std::chrono::steady_clock::now();
     for (const ParamInfo& p : model_->table().params()) {
       tensor.resize(p.numel);
-      if (src && !is_lora_adapter(p.name)) load_pretrained_param(p, shape, *src, tensor.data());
-      else init_param(p, shape, r_.train.seed, tensor.data());
+      initial(p, tensor.data());
       model_->set_params(p.offset, p.numel, tensor.data());
     }
     load_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();  // not the optimizer's set-up
