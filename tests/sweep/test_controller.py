@@ -358,6 +358,10 @@ class AdoptByLockTest(unittest.TestCase):
                 subprocess.run(["pkill", "-f", arg])
                 p.wait()
             self.assertEqual(ex.poll(), {5: None})
+            # The rank's stand-in is not our child: it ends when it handles pkill's SIGTERM.
+            deadline = time.monotonic() + 30
+            while segment_processes(run) and time.monotonic() < deadline:
+                time.sleep(0.02)
             self.assertFalse(LocalExecutor("mpirun").adopt(6, None, run))
 
 
