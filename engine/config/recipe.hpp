@@ -61,6 +61,12 @@ struct OptimConfig {
   double lr = 6e-4;
   double min_lr = 6e-5;
   int64_t warmup_steps = 0;
+  // The decay after the warmup (engine/optim/lr_schedule.hpp): its shape, the step where it
+  // reaches min_lr, and wsd's cooldown.
+  std::string lr_decay = "cosine";   // cosine | linear | wsd | constant
+  int decay_steps = 0;               // 0 means "auto": train.steps
+  int wsd_decay_steps = 0;           // 0 means "auto": a fifth of the steps from warmup to decay_steps
+  std::string wsd_shape = "linear";  // linear | cosine | sqrt (1 - sqrt)
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -141,6 +147,12 @@ struct Recipe {
     if (!goodput()) return global_batch_resolved();
     if (train.batch_max > 0) return train.batch_max;
     return int(std::min<int64_t>(8 * int64_t(global_batch_resolved()), INT32_MAX));  // checked: check_goodput
+  }
+  // The step at which the learning rate's decay reaches optim.min_lr, and wsd's cooldown.
+  int64_t decay_steps_resolved() const { return optim.decay_steps > 0 ? optim.decay_steps : train.steps; }
+  int64_t wsd_decay_steps_resolved() const {
+    if (optim.wsd_decay_steps > 0) return optim.wsd_decay_steps;
+    return std::max<int64_t>(1, (decay_steps_resolved() - optim.warmup_steps) / 5);
   }
   // Gradient accumulation at the largest batch (the pipeline's in-flight activations follow it).
   int grad_accum_max() const { return batch_max_resolved() / (train.micro_batch * parallel.dp); }

@@ -57,8 +57,12 @@ std::vector<Field> make_fields() {
       {"train", "batch_lr_rule", K::String, 0, 0, {"linear", "sqrt", "adascale"}, LOOM_MEMBER(train, batch_lr_rule), "goodput: the learning rate's factor at batch M against train.global_batch M0: linear M/M0, sqrt (M/M0)^0.5 (the square-root rule for Adam), or adascale: AdaScale's gain from the noise scale, between 1 and M/M0"},
 
       {"optim", "lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, lr), "peak learning rate (after warmup)"},
-      {"optim", "min_lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, min_lr), "learning rate at the end of the cosine decay"},
+      {"optim", "min_lr", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, min_lr), "learning rate at the end of the decay (optim.lr_decay), reached at optim.decay_steps"},
       {"optim", "warmup_steps", K::Int64, 0, kHuge, {}, LOOM_MEMBER(optim, warmup_steps), "linear warmup steps from lr/warmup_steps to lr"},
+      {"optim", "lr_decay", K::String, 0, 0, {"cosine", "linear", "wsd", "constant"}, LOOM_MEMBER(optim, lr_decay), "the learning rate after warmup: cosine or linear from lr down to min_lr at optim.decay_steps; wsd (warmup-stable-decay): lr, then in the last optim.wsd_decay_steps steps before optim.decay_steps down to min_lr along optim.wsd_shape; constant: lr (min_lr unused). After optim.decay_steps: min_lr"},
+      {"optim", "decay_steps", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(optim, decay_steps), "the step at which the decay reaches min_lr (counted from the start, warmup included, as Megatron's --lr-decay-iters), or auto = train.steps"},
+      {"optim", "wsd_decay_steps", K::IntOrAuto, 1, kIntMax, {}, LOOM_MEMBER(optim, wsd_decay_steps), "wsd: the cooldown's length in steps, ending at optim.decay_steps, or auto = a fifth of the steps from warmup to optim.decay_steps"},
+      {"optim", "wsd_shape", K::String, 0, 0, {"linear", "cosine", "sqrt"}, LOOM_MEMBER(optim, wsd_shape), "wsd: the cooldown's shape from lr to min_lr over its fraction f of the way: linear (1 - f), cosine ((1 + cos(pi f)) / 2) or sqrt (1 - sqrt(f))"},
       {"optim", "weight_decay", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, weight_decay), "decoupled AdamW weight decay on matrices and embeddings (not biases or LayerNorm)"},
       {"optim", "beta1", K::Float, 0, 0.999999999, {}, LOOM_MEMBER(optim, beta1), "Adam first-moment decay, in [0, 1)"},
       {"optim", "beta2", K::Float, 0, 0.999999999, {}, LOOM_MEMBER(optim, beta2), "Adam second-moment decay, in [0, 1)"},

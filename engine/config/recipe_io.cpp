@@ -302,6 +302,10 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   return r;
 }
 
+void apply_override(Recipe& r, const std::string& section_key_value) {
+  apply(r, setting_from_override(section_key_value));
+}
+
 std::string recipe_to_yaml(const Recipe& r) {
   std::ostringstream os;
   os << "# resolved recipe: " << r.source << " (world " << r.world << ")\n";

@@ -17,6 +17,10 @@ struct ConfigError : std::runtime_error {
 // range. Throws ConfigError. Cross-field rules need the world size: see resolve_world().
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// Applies one "section.key=value" as --set does (type and range checked; no cross-key rules).
+// Throws ConfigError.
+void apply_override(Recipe& r, const std::string& section_key_value);
+
 // Resolves parallel.dp=auto and train.global_batch=auto for `world` ranks and checks every
 // cross-field rule (d_model % n_head, tp | n_head, pp | n_layer, world == tp*pp*dp, ...).
 void resolve_world(Recipe& r, int world);

@@ -62,6 +62,18 @@ void validate_shapes(const Recipe& r) {
     rule(r.train.global_batch % r.train.micro_batch == 0,
          kv(r, "train.global_batch") + " must be a multiple of " + kv(r, "train.micro_batch"));
   rule(r.optim.min_lr <= r.optim.lr, kv(r, "optim.min_lr") + " must not exceed " + kv(r, "optim.lr"));
+  // An explicit decay end before the warmup's would skip the decay; a cooldown longer than the
+  // decay phase could not fit. (Through train.steps, i.e. auto, the trainer notes both instead: a
+  // short trial of a longer recipe is a fair reason.)
+  if (r.optim.lr_decay != "constant" && r.optim.decay_steps > 0)
+    rule(r.optim.decay_steps > r.optim.warmup_steps, kv(r, "optim.decay_steps") + " must be above " +
+                                                         kv(r, "optim.warmup_steps") +
+                                                         ": the decay runs from the warmup's end to decay_steps");
+  if (r.optim.lr_decay == "wsd" && r.optim.decay_steps > r.optim.warmup_steps && r.optim.wsd_decay_steps > 0)
+    rule(r.optim.wsd_decay_steps <= r.optim.decay_steps - r.optim.warmup_steps,
+         kv(r, "optim.wsd_decay_steps") + " is longer than the " +
+             std::to_string(r.optim.decay_steps - r.optim.warmup_steps) + " steps from " +
+             kv(r, "optim.warmup_steps") + " to " + kv(r, "optim.decay_steps"));
   rule(r.log.eval_every == 0 || !r.data.val.empty(),
        kv(r, "log.eval_every") + " needs validation data: set data.val");
   if (r.lora.rank > 0) {

@@ -2,9 +2,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <utility>
+
+#include "engine/config/recipe_fields.hpp"
+#include "engine/config/recipe_io.hpp"
+#include "engine/train/lr_schedule_of.hpp"
 
 namespace loom {
 namespace {
@@ -79,7 +85,8 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
   return at;
 }
 
-std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, const Recipe& now, int64_t from_step) {
+std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, const Recipe& now, int64_t from_step,
+                                          double schedule_at) {
   std::vector<std::string> out;
   if (saved_recipe_yaml.empty()) return out;  // a checkpoint of an older Loom: nothing to compare
   YAML::Node saved;
@@ -88,33 +95,51 @@ std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, 
   } catch (const std::exception&) {
     return out;
   }
-  auto num = [](double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", v);
-    return std::string(b);
+  // The checkpoint's run: the values it recorded, parsed as a recipe's are; a key it did not
+  // record (a Loom before the key existed) keeps its default, which was then the only behaviour.
+  Recipe was;
+  struct Key {
+    const char* name;
+    bool schedule;  // shapes the learning rate
   };
-  const std::pair<const char*, double> keys[] = {
-      {"optim.lr", now.optim.lr},           {"optim.min_lr", now.optim.min_lr},
-      {"optim.warmup_steps", double(now.optim.warmup_steps)},
-      {"train.steps", double(now.train.steps)}, {"optim.weight_decay", now.optim.weight_decay},
-      {"optim.beta1", now.optim.beta1},     {"optim.beta2", now.optim.beta2},
-      {"optim.grad_clip", now.optim.grad_clip}};
-  for (const auto& [key, value] : keys) {
-    const std::string k = key, section = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
-    double was = 0;
+  const Key keys[] = {{"optim.lr", true},           {"optim.min_lr", true},         {"optim.warmup_steps", true},
+                      {"optim.lr_decay", true},     {"optim.decay_steps", true},    {"optim.wsd_decay_steps", true},
+                      {"optim.wsd_shape", true},    {"train.steps", true},          {"optim.weight_decay", false},
+                      {"optim.beta1", false},       {"optim.beta2", false},         {"optim.grad_clip", false}};
+  for (const Key& key : keys) {
+    const std::string k = key.name, section = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
     try {
       const YAML::Node n = saved[section][name];
-      if (!n || !n.IsScalar()) continue;
-      was = n.as<double>();
+      if (n && n.IsScalar()) apply_override(was, k + "=" + n.Scalar());
     } catch (const std::exception&) {
-      continue;
+      // unreadable: compared as the default
     }
-    if (was != value)
-      out.push_back(k + " is " + num(value) + ", the checkpoint's run had " + num(was) + ": the new value applies from "
-                    "step " + std::to_string(from_step + 1) +
-                    (k == "optim.lr" || k == "optim.min_lr" || k == "optim.warmup_steps" || k == "train.steps"
-                         ? " (the learning rate jumps to the new schedule's value there)"
-                         : ""));
+  }
+  bool schedule_changed = false;
+  for (const Key& key : keys) {
+    const std::string k = key.name;
+    const Field* f = find_field(k.substr(0, k.find('.')), k.substr(k.find('.') + 1));
+    const std::string v_now = field_value_string(*f, now), v_was = field_value_string(*f, was);
+    if (v_now == v_was) continue;
+    schedule_changed = schedule_changed || key.schedule;
+    out.push_back(k + " is " + v_now + ", the checkpoint's run had " + v_was + ": the new value applies from step " +
+                  std::to_string(from_step + 1));
+  }
+  if (schedule_changed) {
+    // What the changes do to the rate where the run goes on: a longer train.steps in a WSD run's
+    // stable phase changes nothing there; a new optim.lr makes it jump.
+    const double lr_now = lr_schedule_of(now).at_progress(schedule_at),
+                 lr_was = lr_schedule_of(was).at_progress(schedule_at);
+    char b[96];
+    std::snprintf(b, sizeof b, "%g", lr_now);
+    std::string line = "the learning rate at step " + std::to_string(from_step + 1) + " is " + b;
+    if (std::fabs(lr_now - lr_was) <= 1e-12 * std::max(std::fabs(lr_now), std::fabs(lr_was))) {
+      line += ", as the checkpoint's schedule had it";
+    } else {
+      std::snprintf(b, sizeof b, "%g", lr_was);
+      line += std::string(" (the checkpoint's schedule had ") + b + "): it jumps there";
+    }
+    out.push_back(line + "; the schedule now: " + describe(lr_schedule_of(now)));
   }
   return out;
 }

@@ -33,10 +33,14 @@ struct DataNow {
 LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& now, bool allow_changes,
                                  std::vector<std::string>* notes);
 
-// The optimizer and schedule keys (lr, min_lr, warmup_steps, train.steps, weight decay, betas,
-// clipping) that differ between the recipe recorded in the checkpoint (`saved_recipe_yaml`, ""
-// for a checkpoint that recorded none) and `now`: one line each, for rank 0 to print. Changing
-// them on resume is allowed (a longer run, a lower learning rate) but never silent.
-std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, const Recipe& now, int64_t from_step);
+// The optimizer and schedule keys (lr, min_lr, warmup_steps, the decay's keys, train.steps,
+// weight decay, betas, clipping) that differ between the recipe recorded in the checkpoint
+// (`saved_recipe_yaml`, "" for a checkpoint that recorded none) and `now`: one line each, for
+// rank 0 to print, and where the schedule changed a last line with the learning rate at the
+// step the run goes on with (`schedule_at`: its position in the schedule, from_step, or under
+// goodput the reference steps trained) against the checkpoint's schedule there. Changing them on
+// resume is allowed (a longer run, a lower learning rate, a WSD cooldown) but never silent.
+std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, const Recipe& now, int64_t from_step,
+                                          double schedule_at);
 
 }  // namespace loom

@@ -110,7 +110,7 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   if (rank_ == 0 && r_.log.noise_scale && step_->small_batch() == SmallBatch::None)
     std::printf("loom: note: log.noise_scale: the gradient noise scale is not measured here (it needs dp >= 2 or "
                 "gradient accumulation, and under ZeRO-2/3 or at dp 1 no pipeline stages)\n");
-  schedule_ = LrSchedule{r_.optim.lr, r_.optim.min_lr, r_.optim.warmup_steps, r_.train.steps};
+  schedule_ = lr_schedule_of(r_);
   // Resume (checkpoint.resume), then start the loader where the checkpoint's left off.
   CheckpointSetup setup = checkpoint_setup(r_);
   setup.base_path = lora_base_path_;

@@ -29,6 +29,7 @@
 #include "engine/optim/noise_scale.hpp"
 #include "engine/train/batch_controller.hpp"
 #include "engine/train/fault_injection.hpp"
+#include "engine/train/lr_schedule_of.hpp"
 #include "engine/train/mfu_peak.hpp"
 #include "engine/train/rank_reports.hpp"
 #include "engine/train/run_guard.hpp"

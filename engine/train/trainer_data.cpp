@@ -87,7 +87,8 @@ void Trainer::announce_resume(const std::string& batch_note) const {
 LoaderState Trainer::resume_position() {
   if (resumed_.path.empty()) return {};
   const LoaderState start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &resume_notes_);
-  for (std::string& n : schedule_changes(resumed_.recipe_yaml, r_, resumed_.steps_done))
+  const double schedule_at = batch_.adaptive() ? batch_.progress(start.next_sample) : double(resumed_.steps_done);
+  for (std::string& n : schedule_changes(resumed_.recipe_yaml, r_, resumed_.steps_done, schedule_at))
     resume_notes_.push_back(std::move(n));
   return start;
 }

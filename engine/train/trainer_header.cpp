@@ -49,12 +49,25 @@ void Trainer::print_header() const {
   if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
   if (!cpu_threads_note_.empty()) std::printf("%s\n", cpu_threads_note_.c_str());
   if (!val_repeat_note_.empty()) std::printf("%s\n", val_repeat_note_.c_str());
+  std::printf("loom: learning rate: %s\n", describe(schedule_).c_str());
   // A schedule whose warmup outlasts the run never reaches optim.lr and never decays (Megatron
-  // refuses it; a short test run of a longer recipe is a fair reason to do it, so a note).
-  if (!batch_.adaptive() && r_.optim.warmup_steps >= r_.train.steps)
+  // refuses it; a short test run of a longer recipe is a fair reason to do it, so a note). Under
+  // goodput train.steps counts reference steps, as the schedule does.
+  const long long steps = r_.train.steps;
+  if (r_.optim.warmup_steps >= steps)
     std::printf("loom: note: optim.warmup_steps=%lld is not below train.steps=%lld: the learning rate is still "
                 "warming up towards optim.lr=%g when the run ends, and never decays\n",
-                (long long)r_.optim.warmup_steps, (long long)r_.train.steps, r_.optim.lr);
+                (long long)r_.optim.warmup_steps, steps, r_.optim.lr);
+  else if (schedule_.decay != LrDecay::Constant && schedule_.decay_steps > steps)
+    std::printf("loom: note: optim.decay_steps=%lld is past train.steps=%lld: the run ends at a learning rate of "
+                "%g, before the decay reaches optim.min_lr=%g (to go on later: checkpoint.resume with a larger "
+                "train.steps)\n",
+                (long long)schedule_.decay_steps, steps, schedule_.at(steps - 1), r_.optim.min_lr);
+  if (schedule_.decay == LrDecay::Wsd && schedule_.decay_steps > r_.optim.warmup_steps &&
+      schedule_.wsd_decay_steps > schedule_.decay_steps - r_.optim.warmup_steps)
+    std::printf("loom: note: optim.wsd_decay_steps=%lld is longer than the %lld steps from the warmup to "
+                "optim.decay_steps (auto: train.steps): the whole decay phase is the cooldown, with no stable part\n",
+                (long long)schedule_.wsd_decay_steps, (long long)(schedule_.decay_steps - r_.optim.warmup_steps));
   // mpirun gives the ranks only odls_base_sigkill_timeout (Open MPI's default) after it receives
   // SIGTERM or Ctrl-C: too little to finish a step and save. Said once, with what works.
   if (const double grace = parallel::mpirun_kill_grace_s(); !r_.checkpoint.dir.empty() && grace >= 0 && grace < 60)

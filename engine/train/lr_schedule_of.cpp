@@ -1,0 +1,54 @@
+#include "engine/train/lr_schedule_of.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace loom {
+
+LrSchedule lr_schedule_of(const Recipe& r) {
+  const OptimConfig& o = r.optim;
+  LrSchedule s{o.lr, o.min_lr, o.warmup_steps, r.decay_steps_resolved()};
+  s.decay = o.lr_decay == "linear" ? LrDecay::Linear
+            : o.lr_decay == "wsd"   ? LrDecay::Wsd
+            : o.lr_decay == "constant" ? LrDecay::Constant
+                                       : LrDecay::Cosine;
+  s.wsd_decay_steps = r.wsd_decay_steps_resolved();
+  s.wsd_shape = o.wsd_shape == "cosine" ? DecayShape::Cosine
+                : o.wsd_shape == "sqrt" ? DecayShape::Sqrt
+                                        : DecayShape::Linear;
+  return s;
+}
+
+std::string describe(const LrSchedule& s) {
+  char b[320];
+  std::string out;
+  if (s.warmup_steps > 0) {
+    std::snprintf(b, sizeof b, "warmup %lld step%s to %g, then ", (long long)s.warmup_steps,
+                  s.warmup_steps == 1 ? "" : "s", s.lr);
+    out = b;
+  }
+  const char* shape_name[] = {"linear", "cosine", "1 - sqrt"};
+  switch (s.decay) {
+    case LrDecay::Constant:
+      std::snprintf(b, sizeof b, "constant at %g", s.lr);
+      break;
+    case LrDecay::Cosine:
+    case LrDecay::Linear:
+      std::snprintf(b, sizeof b, "%s from %g down to %g, reached after step %lld",
+                    s.decay == LrDecay::Cosine ? "cosine" : "linear",
+                    s.lr, s.min_lr, (long long)s.decay_steps);
+      break;
+    case LrDecay::Wsd: {
+      const int64_t span = std::max<int64_t>(1, s.decay_steps - s.warmup_steps);
+      const int64_t cooldown = std::clamp<int64_t>(s.wsd_decay_steps, 1, span);
+      // Steps as the progress line numbers them (steps done): schedule index i is step i + 1.
+      std::snprintf(b, sizeof b, "stable at %g through step %lld, then %s down to %g, reached after step %lld", s.lr,
+                    (long long)(s.warmup_steps + span - cooldown + 1), shape_name[int(s.wsd_shape)], s.min_lr,
+                    (long long)s.decay_steps);
+      break;
+    }
+  }
+  return out + b;
+}
+
+}  // namespace loom
