@@ -91,8 +91,11 @@ print(f"{len(full)} steps for 300 x 16 sequences; batches {sorted(set(gb))}; {le
 PY
 # pp 2 x dp 2 (4 ranks) to step 102, past two changes: the pipeline's in-flight activations are
 # allocated for the largest batch and the accumulation changes under it; the same decisions and
-# the dp-2 run's losses within 1e-6 (the order of the sums differs between layouts: measured
-# 1.1e-7; on the tiny recipe, whose loss spike near step 20 amplifies it, 1.3e-5 by step 170).
+# the dp-2 run's losses within 1e-5 (the order of the sums differs between layouts: the
+# difference starts at 1e-9 and stays bounded once the batch grows, measured worst 1.1e-7 on an
+# AVX2-only Zen 3, 1.7e-6 on an AVX-512 Zen 5, whose sgemm blocks the sums otherwise; a wrong
+# pipeline gradient or accumulation is off by 1e-3 within steps; on the tiny recipe, whose loss
+# spike near step 20 amplifies it, 1.3e-5 by step 170).
 mpi -np 4 -x OMP_NUM_THREADS -x LOOM_GOODPUT_TIMING "$LOOM" train configs/tiny.yaml "${SMALL[@]}" "${common[@]}" --set parallel.pp=2 \
   --set train.stop_at_step=102 --set log.dir="$WORK/pp2" > "$WORK/pp2.out" 2>&1 ||
   # (exit status 4: stopped at train.stop_at_step with no checkpoint.dir, nothing saved, as meant)
@@ -104,7 +107,7 @@ full, pp2 = rows("full"), rows("pp2")
 assert len(pp2) == 102 and [r["global_batch"] for r in pp2] == [r["global_batch"] for r in full[:102]], "pp 2 decided differently"
 worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(full, pp2))
 print(f"pp 2 x dp 2: batches {sorted(set(r['global_batch'] for r in pp2))} as at dp 2, worst relative loss difference {worst:.1e}")
-assert worst <= 1e-6, worst
+assert worst <= 1e-5, worst
 PY
 # One rank: 16 -> 24 at step 5 (a fixed cost of 100 s a step makes the largest batch best), then a
 # last step of 8 sequences, one micro-batch: it must complete (the noise scale skips that step).
