@@ -66,7 +66,7 @@ struct OptimConfig {
   std::string lr_decay = "cosine";   // cosine | linear | wsd | constant
   int decay_steps = 0;               // 0 means "auto": train.steps
   int wsd_decay_steps = 0;           // 0 means "auto": a fifth of the steps from warmup to decay_steps
-  std::string wsd_shape = "linear";  // linear | cosine | sqrt (1 - sqrt)
+  std::string wsd_shape = "linear";  // linear | cosine | sqrt (1 - sqrt) | exponential
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;

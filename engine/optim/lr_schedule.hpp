@@ -4,8 +4,9 @@
 //   cosine    min_lr + (lr - min_lr)(1 + cos(pi p))/2   (GPT-2, nanoGPT, Megatron "cosine")
 //   linear    lr - (lr - min_lr) p                        (Megatron, torchtitan "linear")
 //   wsd       warmup-stable-decay: lr until the last wsd_decay_steps steps before decay_steps,
-//             then down to min_lr along wsd_shape (linear, cosine, or 1 - sqrt: Hägele et al.
-//             2024), as Megatron's --lr-decay-style WSD with --lr-wsd-decay-iters
+//             then down to min_lr along wsd_shape (linear, cosine, 1 - sqrt: Hägele et al.
+//             2024, or Megatron's exponential 2 * 0.5^f - 1), as Megatron's --lr-decay-style WSD
+//             with --lr-wsd-decay-iters and --lr-wsd-decay-style
 //   constant  lr (min_lr unused)
 // where p = (step - warmup) / (decay_steps - warmup), clamped to [0, 1]. `step` is 0-based:
 // step 0 uses lr/warmup, step warmup-1 reaches lr, step decay_steps-1 ends near min_lr.
@@ -18,7 +19,7 @@
 namespace loom {
 
 enum class LrDecay { Cosine, Linear, Wsd, Constant };
-enum class DecayShape { Linear, Cosine, Sqrt };
+enum class DecayShape { Linear, Cosine, Sqrt, Exponential };
 
 struct LrSchedule {
   double lr = 6e-4, min_lr = 6e-5;
@@ -55,12 +56,14 @@ struct LrSchedule {
 
  private:
   // From lr at f = 0 down to min_lr at f = 1, along `shape` (cosine written as ever, so a
-  // cosine run's rates are bitwise those of earlier Loom versions).
+  // cosine run's rates after the warmup are bitwise those of earlier Loom versions; the warmup's
+  // last step can differ by one ulp, where lr * w / w rounded above lr and is now capped).
   double down(DecayShape shape, double f) const {
     switch (shape) {
       case DecayShape::Cosine: return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(3.14159265358979323846 * f));
       case DecayShape::Linear: return min_lr + (lr - min_lr) * (1.0 - f);
       case DecayShape::Sqrt: return min_lr + (lr - min_lr) * (1.0 - std::sqrt(f));
+      case DecayShape::Exponential: return min_lr + (lr - min_lr) * (2.0 * std::pow(0.5, f) - 1.0);
     }
     return lr;
   }

@@ -15,6 +15,7 @@ LrSchedule lr_schedule_of(const Recipe& r) {
   s.wsd_decay_steps = r.wsd_decay_steps_resolved();
   s.wsd_shape = o.wsd_shape == "cosine" ? DecayShape::Cosine
                 : o.wsd_shape == "sqrt" ? DecayShape::Sqrt
+                : o.wsd_shape == "exponential" ? DecayShape::Exponential
                                         : DecayShape::Linear;
   return s;
 }
@@ -27,7 +28,13 @@ std::string describe(const LrSchedule& s) {
                   s.warmup_steps == 1 ? "" : "s", s.lr);
     out = b;
   }
-  const char* shape_name[] = {"linear", "cosine", "1 - sqrt"};
+  const char* shape_name[] = {"linear", "cosine", "1 - sqrt", "exponential"};
+  if (s.decay != LrDecay::Constant && s.decay_steps <= s.warmup_steps) {
+    // (Only through decay_steps auto, train.steps within the warmup: the header notes it.)
+    std::snprintf(b, sizeof b, "%g from step %lld (the decay ends at step %lld, inside the warmup)", s.min_lr,
+                  (long long)s.warmup_steps + 2, (long long)s.decay_steps);
+    return out + b;
+  }
   switch (s.decay) {
     case LrDecay::Constant:
       std::snprintf(b, sizeof b, "constant at %g", s.lr);

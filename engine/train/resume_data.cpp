@@ -106,18 +106,22 @@ std::vector<std::string> schedule_changes(const std::string& saved_recipe_yaml, 
                       {"optim.lr_decay", true},     {"optim.decay_steps", true},    {"optim.wsd_decay_steps", true},
                       {"optim.wsd_shape", true},    {"train.steps", true},          {"optim.weight_decay", false},
                       {"optim.beta1", false},       {"optim.beta2", false},         {"optim.grad_clip", false}};
+  std::vector<std::string> unreadable;  // recorded, but not as a value of the key: not compared
   for (const Key& key : keys) {
     const std::string k = key.name, section = k.substr(0, k.find('.')), name = k.substr(k.find('.') + 1);
     try {
       const YAML::Node n = saved[section][name];
-      if (n && n.IsScalar()) apply_override(was, k + "=" + n.Scalar());
+      if (!n) continue;
+      if (!n.IsScalar()) throw std::runtime_error("not a scalar");
+      apply_override(was, k + "=" + n.Scalar());
     } catch (const std::exception&) {
-      // unreadable: compared as the default
+      unreadable.push_back(k);
     }
   }
   bool schedule_changed = false;
   for (const Key& key : keys) {
     const std::string k = key.name;
+    if (std::find(unreadable.begin(), unreadable.end(), k) != unreadable.end()) continue;
     const Field* f = find_field(k.substr(0, k.find('.')), k.substr(k.find('.') + 1));
     const std::string v_now = field_value_string(*f, now), v_was = field_value_string(*f, was);
     if (v_now == v_was) continue;

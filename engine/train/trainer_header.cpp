@@ -59,8 +59,8 @@ void Trainer::print_header() const {
                 "warming up towards optim.lr=%g when the run ends, and never decays\n",
                 (long long)r_.optim.warmup_steps, steps, r_.optim.lr);
   else if (schedule_.decay != LrDecay::Constant && schedule_.decay_steps > steps)
-    std::printf("loom: note: optim.decay_steps=%lld is past train.steps=%lld: the run ends at a learning rate of "
-                "%g, before the decay reaches optim.min_lr=%g (to go on later: checkpoint.resume with a larger "
+    std::printf("loom: note: optim.decay_steps=%lld is past train.steps=%lld: the schedule ends at a learning rate "
+                "of %g, before the decay reaches optim.min_lr=%g (to go on later: checkpoint.resume with a larger "
                 "train.steps)\n",
                 (long long)schedule_.decay_steps, steps, schedule_.at(steps - 1), r_.optim.min_lr);
   if (schedule_.decay == LrDecay::Wsd && schedule_.decay_steps > r_.optim.warmup_steps &&

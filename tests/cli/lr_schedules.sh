@@ -1,8 +1,8 @@
-# The learning-rate schedules (optim.lr_decay: cosine, linear, wsd with each cooldown shape,
+# The learning-rate schedules (optim.lr_decay: cosine, linear, wsd with each of its four cooldown shapes,
 # constant; optim.decay_steps before train.steps) as runs apply them: every step's logged lr
-# against an independent transcription of the formulas (Megatron's and torchtitan's; metrics.jsonl's
-# step is the 0-based index i, the progress line's step i + 1; metrics.jsonl holds 9 significant
-# digits). Then WSD's use: a run stopped in its stable phase and resumed with a longer
+# against an independent transcription of the formulas in docs/recipes.md (the shapes Megatron's
+# and torchtitan's, the step conventions Loom's; metrics.jsonl's step is the 0-based index i, the
+# progress line's step i + 1; metrics.jsonl holds 9 significant digits). Then WSD's use: a run stopped in its stable phase and resumed with a longer
 # train.steps goes on at the same rate, says so, and cools down at the new end; and a cooldown
 # branched off its checkpoint into directories of its own leaves the long run's untouched.
 source "$(dirname "$0")/common.sh"
@@ -21,6 +21,7 @@ run linear --set train.steps=14 --set optim.lr_decay=linear
 run wsd_linear --set train.steps=14 --set optim.lr_decay=wsd --set optim.wsd_decay_steps=5
 run wsd_cosine --set train.steps=14 --set optim.lr_decay=wsd --set optim.wsd_decay_steps=5 --set optim.wsd_shape=cosine
 run wsd_sqrt --set train.steps=14 --set optim.lr_decay=wsd --set optim.wsd_shape=sqrt  # auto: (14-3)/5 = 2
+run wsd_exp --set train.steps=14 --set optim.lr_decay=wsd --set optim.wsd_decay_steps=6 --set optim.wsd_shape=exponential
 run constant --set train.steps=14 --set optim.lr_decay=constant
 grep -q "loom: learning rate: warmup 3 steps to 0.001, then stable at 0.001 through step 10, then linear down to 0.0003, reached after step 14" "$WORK/wsd_linear.out" ||
   { grep "learning rate" "$WORK/wsd_linear.out"; fail "wsd: the header does not describe the schedule"; }
@@ -63,7 +64,8 @@ def expected(i, kind, D, C=None, shape="linear"):
         if i <= start:
             return lr
         f = (i - start) / C
-        keep = {"linear": 1 - f, "cosine": 0.5 * (1 + math.cos(math.pi * f)), "sqrt": 1 - math.sqrt(f)}[shape]
+        keep = {"linear": 1 - f, "cosine": 0.5 * (1 + math.cos(math.pi * f)), "sqrt": 1 - math.sqrt(f),
+                "exponential": 2 * 0.5 ** f - 1}[shape]
     else:
         f = (i - W) / (D - W)
         keep = 0.5 * (1 + math.cos(math.pi * f)) if kind == "cosine" else 1 - f
@@ -83,6 +85,7 @@ check("linear", 14, "linear", 14)
 check("wsd_linear", 14, "wsd", 14, 5)
 check("wsd_cosine", 14, "wsd", 14, 5, shape="cosine")
 check("wsd_sqrt", 14, "wsd", 14, 2, shape="sqrt")
+check("wsd_exp", 14, "wsd", 14, 6, shape="exponential")
 check("constant", 14, "constant", 14)
 # Steps 1-8 on the 20-step schedule, 9-30 on the 30-step one: the same rate across the resume.
 rows = [json.loads(l) for l in open(f"{w}/wsd_a/metrics.jsonl")]

@@ -367,6 +367,30 @@ TEST_CASE("a longer WSD run resumed in its stable phase keeps its learning rate 
   CHECK_THAT(late[1], Catch::Contains("is 0.0006 (the checkpoint's schedule had 0.00033): it jumps"));
 }
 
+TEST_CASE("every schedule key reads back from the checkpoint's recipe as it was written") {
+  Recipe r;
+  r.optim.lr = 2e-4;
+  r.optim.min_lr = 1.5e-5;
+  r.optim.warmup_steps = 7;
+  r.optim.lr_decay = "wsd";
+  r.optim.decay_steps = 900;
+  r.optim.wsd_decay_steps = 90;
+  r.optim.wsd_shape = "sqrt";
+  r.train.steps = 1000;
+  r.optim.weight_decay = 0.05;
+  r.optim.beta1 = 0.8;
+  r.optim.beta2 = 0.99;
+  r.optim.grad_clip = 0.5;
+  CHECK(schedule_changes(recipe_to_yaml(r), r, 10, 10).empty());
+  // A value the checkpoint recorded but that does not read as one (hand-edited) is not compared.
+  std::string saved = recipe_to_yaml(r);
+  const size_t at = saved.find("  beta2: 0.99");
+  REQUIRE(at != std::string::npos);
+  saved.replace(at, 13, "  beta2: [0.99]");
+  r.optim.beta2 = 0.95;
+  CHECK(schedule_changes(saved, r, 10, 10).empty());
+}
+
 TEST_CASE("a checkpoint from before the decay keys compares against the cosine it had") {
   Recipe r;
   std::string saved = recipe_to_yaml(r);

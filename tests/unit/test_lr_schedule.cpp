@@ -62,7 +62,7 @@ TEST_CASE("constant holds lr after the warmup") {
 TEST_CASE("wsd holds lr until the cooldown then falls along its shape to min_lr") {
   LrSchedule s = make(LrDecay::Wsd, 10, 110);
   s.wsd_decay_steps = 20;  // the cooldown is steps 90..110
-  for (DecayShape shape : {DecayShape::Linear, DecayShape::Cosine, DecayShape::Sqrt}) {
+  for (DecayShape shape : {DecayShape::Linear, DecayShape::Cosine, DecayShape::Sqrt, DecayShape::Exponential}) {
     s.wsd_shape = shape;
     for (int64_t i = 10; i <= 90; ++i) CHECK(s.at(i) == kLr);
     CHECK(s.at(91) < kLr);
@@ -78,6 +78,9 @@ TEST_CASE("wsd holds lr until the cooldown then falls along its shape to min_lr"
   s.wsd_shape = DecayShape::Sqrt;  // 1 - sqrt(f): a quarter of the way is half the drop
   CHECK(s.at(95) == Approx(kMid));
   CHECK(s.at(100) == Approx(kMin + (1 - std::sqrt(0.5)) * (kLr - kMin)));
+  s.wsd_shape = DecayShape::Exponential;  // Megatron's: 2 * 0.5^f - 1
+  CHECK(s.at(100) == Approx(kMin + (std::sqrt(2.0) - 1) * (kLr - kMin)));
+  CHECK(s.at(110) == kMin);
   // A cooldown longer than the decay phase is all of it: linear from the warmup's end.
   s.wsd_shape = DecayShape::Linear;
   s.wsd_decay_steps = 1000;
@@ -123,6 +126,12 @@ TEST_CASE("the recipe's keys make the schedule, auto resolved against train.step
   CHECK(s.at(360) == r.optim.lr);
   CHECK(s.at(361) < r.optim.lr);
   CHECK(s.at(450) == r.optim.min_lr);
+  // train.steps inside the warmup (a short trial of a long recipe): no contradiction said.
+  r.optim.lr_decay = "cosine";
+  r.optim.decay_steps = 0;
+  r.train.steps = 30;
+  CHECK(describe(lr_schedule_of(r)) ==
+        "warmup 50 steps to 0.0006, then 6e-05 from step 52 (the decay ends at step 30, inside the warmup)");
   r.optim.lr_decay = "constant";
   r.optim.warmup_steps = 0;
   CHECK(describe(lr_schedule_of(r)) == "constant at 0.0006");

@@ -143,7 +143,7 @@ TEST_CASE("malformed recipes and overrides are rejected with their place and the
        {}, 1, {"optim.wsd_decay_steps=51 (", ") is longer than the 50 steps from optim.warmup_steps=10"}},
       {"bad_lr_decay", "optim:\n  lr_decay: cosin\n", {}, 1,
        {"optim.lr_decay: 'cosin' is not one of cosine | linear | wsd | constant", "did you mean 'cosine'?"}},
-      {"bad_wsd_shape", g, {"optim.wsd_shape=exp"}, 1, {"optim.wsd_shape: 'exp' is not one of linear | cosine | sqrt"}},
+      {"bad_wsd_shape", g, {"optim.wsd_shape=exp"}, 1, {"optim.wsd_shape: 'exp' is not one of linear | cosine | sqrt | exponential"}},
       {"yaml_syntax", "model:\n  n_layer: [1, 2\n", {}, 1, {"yaml_syntax.yaml:", "YAML syntax error"}},
       {"empty_file", "", {}, 1, {"empty_file.yaml: the recipe is empty"}},
       {"not_a_mapping", "- model\n- train\n", {}, 1, {"expected a mapping of sections"}},
@@ -188,4 +188,12 @@ TEST_CASE("the key table documents every key with its default") {
 TEST_CASE("an empty log.dir is refused naming the key, before the run tries to make it") {
   auto p = write_recipe("good_logdir.yaml", kGood);
   CHECK_THROWS_WITH(load_recipe(p, {"log.dir="}), Catch::Contains("log.dir= (--set log.dir=) is empty: the run directory"));
+}
+
+TEST_CASE("a constant learning rate takes any decay_steps and an explicit one is kept") {
+  auto p = write_recipe("constant_lr.yaml", "optim:\n  lr_decay: constant\n  warmup_steps: 100\n  decay_steps: 50\n");
+  CHECK(error_of(p).empty());
+  const Recipe r = load_recipe(p, {"train.steps=400"});
+  CHECK(r.decay_steps_resolved() == 50);
+  CHECK(load_recipe(p, {"optim.decay_steps=auto", "train.steps=400"}).decay_steps_resolved() == 400);
 }
