@@ -91,7 +91,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
                                    std::to_string(dp) + " ranks");
         data = open_dataset(a.data, "auto", "--data", a.split);
         print = validate_dataset(data, m.vocab_size, T, "--data");
-        samples = SampleIndex(data.shards, T).size();
+        samples = SampleIndex(data, T).size();
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {

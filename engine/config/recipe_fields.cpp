@@ -70,7 +70,7 @@ std::vector<Field> make_fields() {
       {"optim", "offload", K::String, 0, 0, {"none", "cpu"}, LOOM_MEMBER(optim, offload), "cpu: the fp32 master weights, Adam moments and update live in host memory and run on the CPU (ZeRO-Offload); the device keeps the compute weights and gradients"},
       {"optim", "grad_clip", K::Float, 0, kInf, {}, LOOM_MEMBER(optim, grad_clip), "clip the global gradient norm to this value; 0 disables"},
 
-      {"data", "train", K::String, 0, 0, {}, LOOM_MEMBER(data, train), "training data: a `loom prep` directory, a shard file, a directory or glob of shards, or a Megatron PREFIX"},
+      {"data", "train", K::String, 0, 0, {}, LOOM_MEMBER(data, train), "training data: a `loom prep` directory, a shard file, a directory or glob of shards, or a Megatron PREFIX; or a weighted blend of them, \"0.7 data/web 0.3 data/code\" (docs/data.md, \"Blends\")"},
       {"data", "val", K::String, 0, 0, {}, LOOM_MEMBER(data, val), "validation data, same forms as data.train (a `loom prep` directory gives its val split)"},
       {"data", "format", K::String, 0, 0, {"auto", "text", "loom", "llmc", "megatron"}, LOOM_MEMBER(data, format), "auto detects by magic; text = any file read as bytes (vocab 256); see docs/data.md"},
 

@@ -6,7 +6,7 @@ namespace loom {
 
 DataLoader::DataLoader(TokenDataset data, LoaderLayout layout, int prefetch_steps, LoaderState start)
     : data_(std::move(data)),
-      index_(data_.shards, layout.seq_len),
+      index_(data_, layout.seq_len),
       layout_(layout),
       depth_(size_t(std::max(1, prefetch_steps))),
       start_step_(start.next_step),
@@ -90,7 +90,7 @@ StepBatch DataLoader::next() {
 }
 
 std::vector<StepBatch> validation_batches(const TokenDataset& data, const LoaderLayout& layout, int batches) {
-  SampleIndex index(data.shards, layout.seq_len);
+  SampleIndex index(data, layout.seq_len);
   const int B = layout.micro_batch, T = layout.seq_len, M = layout.micro_steps;
   const uint64_t GB = uint64_t(layout.global_batch());
   std::vector<StepBatch> out(static_cast<size_t>(batches));
@@ -101,7 +101,7 @@ std::vector<StepBatch> validation_batches(const TokenDataset& data, const Loader
     b.targets.resize(b.tokens.size());
     const uint64_t first = uint64_t(s) * GB + uint64_t(layout.dp_rank) * (GB / layout.dp);
     for (int i = 0; i < M * B; ++i)
-      index.fill((first + uint64_t(i)) % index.size(), b.tokens.data() + size_t(i) * T,
+      index.fill(index.in_order(first + uint64_t(i)), b.tokens.data() + size_t(i) * T,
                  b.targets.data() + size_t(i) * T);
   }
   return out;

@@ -48,6 +48,8 @@ class DataLoader {
   LoaderState state() const { return {consumed_, first_sample(consumed_)}; }
   double wait_seconds() const { return wait_s_; }
   uint64_t samples_per_epoch() const { return index_.size(); }
+  const SampleIndex& index() const { return index_; }
+  const TokenDataset& data() const { return data_; }
   // The global sample id at position `p` of the stream (for tests and tools).
   uint64_t sample_at(uint64_t p) const { return loom::sample_at(index_, layout_.seed, p); }
 
@@ -76,7 +78,8 @@ class DataLoader {
 };
 
 // Validation: `batches` global batches of samples in order (no shuffle, wrapping if the split
-// is small), this rank's share, as (batches * micro_steps) micro-batches of (B, T).
+// is small; a blend's parts interleaved by their shares, each in order), this rank's share, as
+// (batches * micro_steps) micro-batches of (B, T).
 std::vector<StepBatch> validation_batches(const TokenDataset& data, const LoaderLayout& layout, int batches);
 
 }  // namespace loom

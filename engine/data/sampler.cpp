@@ -2,7 +2,10 @@
 #include "engine/util/splitmix64.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace loom {
 namespace {
@@ -50,9 +53,87 @@ void SampleIndex::fill(uint64_t k, int32_t* tokens, int32_t* targets) const {
   }
 }
 
-uint64_t sample_at(const SampleIndex& index, uint64_t seed, uint64_t p) {
-  const uint64_t n = index.size();
-  return EpochPermutation(n, seed, p / n)(p % n);
+std::vector<uint32_t> blend_shares(const std::vector<double>& weights) {
+  const size_t n = weights.size();
+  if (n > kBlendBlock) throw std::runtime_error("a blend of more than " + std::to_string(kBlendBlock) + " datasets");
+  // Relative to the largest first, so that no sum of finite weights overflows.
+  const double top = n ? *std::max_element(weights.begin(), weights.end()) : 1.0;
+  double sum = 0;
+  for (double w : weights) sum += w / top;
+  std::vector<uint32_t> share(n);
+  std::vector<std::pair<double, size_t>> rest;  // (fraction left over, part)
+  uint32_t given = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double ideal = weights[i] / top / sum * kBlendBlock;
+    share[i] = uint32_t(std::floor(ideal));
+    given += share[i];
+    rest.emplace_back(ideal - std::floor(ideal), i);
+  }
+  // Largest remainders first (the earlier part on a tie).
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t j = 0; given < kBlendBlock; ++j, ++given) ++share[rest[j % n].second];
+  // Every part at least once per block, taken from the largest.
+  for (size_t i = 0; i < n; ++i)
+    if (share[i] == 0) {
+      ++share[i];
+      --*std::max_element(share.begin(), share.end());
+    }
+  return share;
+}
+
+SampleIndex::SampleIndex(const TokenDataset& data, int seq_len) : SampleIndex(data.shards, seq_len) {
+  if (data.blend.empty()) return;
+  std::vector<double> weights;
+  for (const BlendPart& b : data.blend) weights.push_back(b.weight);
+  const std::vector<uint32_t> share = blend_shares(weights);
+  for (size_t i = 0; i < data.blend.size(); ++i) {
+    const BlendPart& b = data.blend[i];
+    const uint64_t first = b.first_shard < first_.size() ? first_[b.first_shard] : total_;
+    const uint64_t end = b.first_shard + b.shard_count < first_.size() ? first_[b.first_shard + b.shard_count] : total_;
+    if (end == first) throw std::runtime_error(b.source + ": holds no complete sample of seq_len+1 tokens");
+    parts_.push_back({first, end - first, share[i]});
+  }
+  // Megatron's rule: each position of the block to the part furthest below its share so far (in
+  // whole units: share * (i + 1) - taken * block), among those with positions left; lowest first.
+  std::vector<uint32_t> taken(parts_.size(), 0);
+  block_part_.resize(kBlendBlock);
+  block_rank_.resize(kBlendBlock);
+  for (uint32_t i = 0; i < kBlendBlock; ++i) {
+    size_t best = parts_.size();
+    int64_t best_deficit = 0;
+    for (size_t d = 0; d < parts_.size(); ++d) {
+      if (taken[d] == parts_[d].per_block) continue;
+      const int64_t deficit = int64_t(parts_[d].per_block) * (i + 1) - int64_t(taken[d]) * kBlendBlock;
+      if (best == parts_.size() || deficit > best_deficit) best = d, best_deficit = deficit;
+    }
+    block_part_[i] = uint16_t(best);
+    block_rank_[i] = taken[best]++;
+  }
+}
+
+void SampleIndex::blend_position(uint64_t p, size_t& part, uint64_t& n) const {
+  const uint64_t i = p % kBlendBlock;
+  part = block_part_[i];
+  n = (p / kBlendBlock) * parts_[part].per_block + block_rank_[i];
+}
+
+uint64_t SampleIndex::shuffled(uint64_t seed, uint64_t p) const {
+  if (parts_.empty()) return EpochPermutation(total_, seed, p / total_)(p % total_);
+  size_t d = 0;
+  uint64_t n = 0;
+  blend_position(p, d, n);
+  // Each part its own epochs, under its own seed.
+  const Part& part = parts_[d];
+  const uint64_t part_seed = splitmix64(seed ^ (0x9e3779b97f4a7c15ull * (d + 1)));
+  return part.first + EpochPermutation(part.size, part_seed, n / part.size)(n % part.size);
+}
+
+uint64_t SampleIndex::in_order(uint64_t p) const {
+  if (parts_.empty()) return p % total_;
+  size_t d = 0;
+  uint64_t n = 0;
+  blend_position(p, d, n);
+  return parts_[d].first + n % parts_[d].size;
 }
 
 }  // namespace loom

@@ -8,9 +8,17 @@
 //    whatever dp and micro_batch are; data-parallel rank r of dp takes the contiguous slice
 //    [r*GB/dp, (r+1)*GB/dp) of it, micro-step m the next B of those.
 // The loader's whole state is therefore the next step number.
+// A weighted blend (TokenDataset::blend) keeps all of that: the stream is cut into blocks of
+// kBlendBlock positions, each part gets a fixed number of every block (its weight's share,
+// rounded by largest remainder, at least one) spread through the block by Megatron's rule (each
+// position to the part furthest below its share so far), and a part's n-th position takes the
+// n-th sample of the part's own stream (its own seeded epochs). So the part and the sample at
+// any position are computed without a table over the run, and each part is seen once per its
+// own epoch, a small part more often than a large one.
 #include <cstdint>
 #include <vector>
 
+#include "engine/data/token_dataset.hpp"
 #include "engine/data/token_shard.hpp"
 
 namespace loom {
@@ -26,22 +34,45 @@ class EpochPermutation {
   int half_bits_;
 };
 
+constexpr uint32_t kBlendBlock = 10000;  // a blend's shares are whole 1/10000ths
+
 class SampleIndex {
  public:
   SampleIndex(const std::vector<TokenShard>& shards, int seq_len);
-  uint64_t size() const { return total_; }  // samples per epoch
+  // A dataset, blended or not. Throws naming the part of a blend that holds no sample.
+  SampleIndex(const TokenDataset& data, int seq_len);
+  uint64_t size() const { return total_; }  // samples per epoch (a blend: of all its parts)
   int seq_len() const { return T_; }
   // Copies sample `k` (in [0, size())) into tokens[T] and targets[T].
   void fill(uint64_t k, int32_t* tokens, int32_t* targets) const;
 
+  struct Part {
+    uint64_t first = 0, size = 0;  // its samples are [first, first + size)
+    uint32_t per_block = 0;        // its positions in every kBlendBlock
+  };
+  const std::vector<Part>& parts() const { return parts_; }  // empty: not a blend
+  // The sample at stream position p: of the seeded shuffle (training), or in order (validation).
+  uint64_t shuffled(uint64_t seed, uint64_t p) const;
+  uint64_t in_order(uint64_t p) const;
+
  private:
+  // A blend: the part of position p and how many of its positions came before.
+  void blend_position(uint64_t p, size_t& part, uint64_t& n) const;
+
   const std::vector<TokenShard>& shards_;
   std::vector<uint64_t> first_;  // first sample number of each shard
   uint64_t total_ = 0;
   int T_;
+  std::vector<Part> parts_;
+  std::vector<uint16_t> block_part_;  // a blend: each block position's part
+  std::vector<uint32_t> block_rank_;  // and how many of its part's positions precede it in the block
 };
 
+// Each part's positions in a block of kBlendBlock: the weights' shares by largest remainder, at
+// least one each (throws past kBlendBlock parts).
+std::vector<uint32_t> blend_shares(const std::vector<double>& weights);
+
 // The sample at global position p of the shuffled endless stream.
-uint64_t sample_at(const SampleIndex& index, uint64_t seed, uint64_t p);
+inline uint64_t sample_at(const SampleIndex& index, uint64_t seed, uint64_t p) { return index.shuffled(seed, p); }
 
 }  // namespace loom

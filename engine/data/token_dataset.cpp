@@ -3,11 +3,15 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "engine/util/crc32c.hpp"
@@ -215,7 +219,48 @@ void refuse_mixed_splits(const std::string& key, const std::string& path, const 
             (train.find('/') == std::string::npos ? ", e.g. " + dir + "/*train*.bin and " + dir + "/*val*.bin" : ""));
 }
 
+// A part's declared vocabulary against the blend's so far: two tokenizers are two datasets.
+void merge_declared_vocab(TokenDataset& d, const TokenDataset& part, const std::string& key) {
+  if (!part.declared_vocab) return;
+  if (d.declared_vocab && d.declared_vocab != part.declared_vocab)
+    bad(key, d.source,
+        "mixes tokenizers: " + d.declared_by + " declares vocab size " + std::to_string(d.declared_vocab) + ", " +
+            part.declared_by + " " + std::to_string(part.declared_vocab));
+  d.declared_vocab = part.declared_vocab, d.declared_by = part.declared_by;
+}
+
 }  // namespace
+
+std::vector<std::pair<double, std::string>> parse_blend(const std::string& spec, const std::string& key) {
+  std::vector<std::pair<double, std::string>> out;
+  std::error_code ec;
+  if (spec.find_first_of(" \t\n") == std::string::npos || fs::exists(spec, ec)) return out;
+  std::istringstream in(spec);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  auto number = [](const std::string& w, double& v) {
+    char* end = nullptr;
+    errno = 0;
+    v = std::strtod(w.c_str(), &end);
+    return end == w.c_str() + w.size() && errno != ERANGE && std::isfinite(v);
+  };
+  double first = 0;
+  if (words.empty() || !number(words[0], first)) return out;  // a path with spaces
+  const std::string form = " (a blend is WEIGHT PATH pairs, Megatron's --data-path form, e.g. \"0.7 data/web 0.3 data/code\")";
+  if (words.size() % 2 != 0)
+    throw std::runtime_error(key + "='" + spec + "': " + std::to_string(words.size()) + " words, not WEIGHT PATH pairs" + form);
+  if (words.size() < 4)
+    throw std::runtime_error(key + "='" + spec + "': a blend of one dataset; give two or more, or the path alone" + form);
+  for (size_t i = 0; i < words.size(); i += 2) {
+    double w = 0;
+    if (!number(words[i], w))
+      throw std::runtime_error(key + "='" + spec + "': '" + words[i] + "' (before " + words[i + 1] + ") is not a weight" + form);
+    if (!(w > 0)) throw std::runtime_error(key + "='" + spec + "': the weight of " + words[i + 1] + " is " + words[i] +
+                                           "; weights must be above 0 (leave a dataset out instead)");
+    out.emplace_back(w, words[i + 1]);
+  }
+  return out;
+}
 
 size_t TokenDataset::tokens() const {
   size_t n = 0;
@@ -228,6 +273,17 @@ TokenDataset open_dataset(const std::string& path, const std::string& format, co
   TokenDataset d;
   d.source = path;
   if (path.empty()) throw std::runtime_error(key + ": no data given (set " + key + " in the recipe)");
+  if (const auto parts = parse_blend(path, key); !parts.empty()) {
+    for (const auto& [weight, part_path] : parts) {
+      TokenDataset part = open_dataset(part_path, format, key, split);
+      merge_declared_vocab(d, part, key);
+      d.blend.push_back({weight, part_path, d.shards.size(), part.shards.size()});
+      if (d.format.empty()) d.format = part.format;
+      else if (d.format != part.format) d.format = "blend";
+      for (auto& s : part.shards) d.shards.push_back(std::move(s));
+    }
+    return d;
+  }
   std::error_code ec;
   if (path.find_first_of("*?[") != std::string::npos) {
     auto files = expand_glob(path);
@@ -278,18 +334,25 @@ DataFingerprint validate_dataset(const TokenDataset& d, int vocab_size, int seq_
         d.declared_by + " declares vocab size " + std::to_string(d.declared_vocab) + " but model.vocab_size is " +
             std::to_string(vocab_size));
   // A shard shorter than one sample gives none (SampleIndex) and is fine, as a corpus's last
-  // shard often is (loom prep cuts shards at --shard-tokens); the dataset as a whole must give one.
-  size_t longest = 0;
-  std::string longest_name;
-  for (const auto& s : d.shards) {
-    if (s.count == 0) bad(key, d.source, s.name + " is empty (0 tokens)");
-    if (s.count > longest) longest = s.count, longest_name = s.name;
+  // shard often is (loom prep cuts shards at --shard-tokens); the dataset as a whole, and each
+  // part of a blend, must give one.
+  std::vector<BlendPart> groups = d.blend;
+  if (groups.empty()) groups.push_back({1.0, d.source, 0, d.shards.size()});
+  for (const BlendPart& g : groups) {
+    size_t longest = 0;
+    std::string longest_name;
+    for (size_t i = g.first_shard; i < g.first_shard + g.shard_count; ++i) {
+      const TokenShard& s = d.shards[i];
+      if (s.count == 0) bad(key, d.source, s.name + " is empty (0 tokens)");
+      if (s.count > longest) longest = s.count, longest_name = s.name;
+    }
+    if (g.shard_count > 0 && longest < size_t(seq_len) + 1)
+      bad(key, d.source,
+          (d.blend.empty() ? "" : "the blend's part " + g.source + ": ") +
+              (g.shard_count == 1 ? longest_name + " holds " : "the longest shard, " + longest_name + ", holds ") +
+              std::to_string(longest) + " tokens, shorter than one sample of seq_len+1 = " +
+              std::to_string(seq_len + 1));
   }
-  if (!d.shards.empty() && longest < size_t(seq_len) + 1)
-    bad(key, d.source,
-        (d.shards.size() == 1 ? longest_name + " holds " : "the longest shard, " + longest_name + ", holds ") +
-            std::to_string(longest) + " tokens, shorter than one sample of seq_len+1 = " +
-            std::to_string(seq_len + 1));
   DataFingerprint print;
   for (const auto& s : d.shards) {
     const TokenShard::Scan scan = s.scan();

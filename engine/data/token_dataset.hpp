@@ -4,11 +4,20 @@
 // model before training starts.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/data/token_shard.hpp"
 
 namespace loom {
+
+// One dataset of a weighted blend ("0.7 data/web 0.3 data/code", Megatron's --data-path form):
+// its shards are TokenDataset::shards[first_shard, first_shard + shard_count).
+struct BlendPart {
+  double weight = 0;   // as given (sampler.hpp turns the weights into shares)
+  std::string source;  // the part's path, as given
+  size_t first_shard = 0, shard_count = 0;
+};
 
 struct TokenDataset {
   std::vector<TokenShard> shards;
@@ -16,10 +25,17 @@ struct TokenDataset {
   std::string source;       // the path as given, for messages
   int declared_vocab = 0;   // vocab size a manifest or header declares, 0 if none
   std::string declared_by;  // the file that declares it
+  std::vector<BlendPart> blend;  // a weighted blend's parts, in the order given; empty: not a blend
   size_t tokens() const;
 };
 
-// Opens `path` as `format` ("auto" detects by magic). `key` ("data.train") names the recipe key
+// A blend's "WEIGHT PATH WEIGHT PATH ..." (two parts or more, weights > 0): the pairs, or none
+// when `spec` is not one (no whitespace, an existing path, or a first word that is no number).
+// Throws std::runtime_error naming `key` for a blend that is malformed.
+std::vector<std::pair<double, std::string>> parse_blend(const std::string& spec, const std::string& key);
+
+// Opens `path` as `format` ("auto" detects by magic), or each part of a blend so (their shards
+// one after the other, BlendPart recording which are whose). `key` ("data.train") names the recipe key
 // in errors; `split` ("train"/"val") picks the split of a `loom prep` directory.
 // Paths: a file, a directory (a `loom prep` output with manifest.json, or a directory of shards),
 // a glob ("data/fineweb_train_*.bin"), or a Megatron PREFIX (PREFIX.idx + PREFIX.bin).

@@ -119,8 +119,8 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   // goodput: a resumed run goes on at the batch its checkpoint was at.
   const std::string batch_note = resumed_.path.empty() ? "" : batch_.resume_at(resumed_.data.global_batch);
   step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
-  data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train.shards, m.seq_len).size()),
-                      batch_.adaptive(), train_print, val_print};
+  data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train, m.seq_len).size()),
+                      batch_.adaptive(), train_print, val_print, blend_shares_text(r_.data.train)};
   const LoaderState start = resume_position();
   if (rank_ == 0 && r_.checkpoint.dir.empty() && r_.train.stop_at_step > resumed_.steps_done &&
       r_.train.stop_at_step < r_.train.steps)

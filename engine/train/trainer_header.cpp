@@ -17,6 +17,19 @@ void Trainer::print_header() const {
               model_->num_params() / 1e6, r_.global_batch_resolved(), r_.train.micro_batch, layout_.micro_steps,
               r_.parallel.dp, (unsigned long long)train_data_->samples_per_epoch(), backend_->name().c_str(),
               peak_.flops / 1e9, peak_.source.c_str(), optim_->zero_stage(), optim_->state_bytes() / 1e6, optim_->bucket_count());
+  if (const auto& parts = train_data_->index().parts(); !parts.empty()) {
+    // Each part's share and how often the run goes through it (a small part repeats sooner).
+    const double run_samples = double(r_.train.steps) * double(r_.global_batch_resolved());
+    std::string line;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      char b[512];
+      std::snprintf(b, sizeof b, "%s%g%% %s (%llu samples, %.3g passes in train.steps)", i ? ", " : "",
+                    parts[i].per_block * 100.0 / kBlendBlock, train_data_->data().blend[i].source.c_str(),
+                    (unsigned long long)parts[i].size, run_samples * parts[i].per_block / kBlendBlock / double(parts[i].size));
+      line += b;
+    }
+    std::printf("loom: data.train blend of %zu: %s\n", parts.size(), line.c_str());
+  }
   if (batch_.adaptive()) {
     const GoodputBounds& b = batch_.bounds();
     std::printf("loom: batch policy goodput: the global batch is chosen in [%lld, %lld] (multiples of %lld) every %lld "

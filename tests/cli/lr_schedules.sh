@@ -14,7 +14,7 @@ run() {
   local name=$1
   shift
   mpi -np 1 "$LOOM" train "${BASE[@]}" --set log.dir="$WORK/$name" "$@" > "$WORK/$name.out" 2>&1 ||
-    { cat "$WORK/$name.out"; fail "$name: exit status $?"; }
+    { rc=$?; cat "$WORK/$name.out"; fail "$name: exit status $rc"; }
 }
 run cosine --set train.steps=14 --set optim.decay_steps=10
 run linear --set train.steps=14 --set optim.lr_decay=linear
@@ -30,7 +30,7 @@ run wsd_a --set train.steps=20 --set optim.lr_decay=wsd --set optim.wsd_decay_st
   --set train.stop_at_step=8
 mpi -np 1 "$LOOM" train "${BASE[@]}" --set log.dir="$WORK/wsd_a" --set train.steps=30 --set optim.lr_decay=wsd \
   --set optim.wsd_decay_steps=2 --set checkpoint.dir="$WORK/ck" > "$WORK/wsd_b.out" 2>&1 ||
-  { cat "$WORK/wsd_b.out"; fail "the WSD resume: exit status $?"; }
+  { rc=$?; cat "$WORK/wsd_b.out"; fail "the WSD resume: exit status $rc"; }
 for line in "loom: resuming: train.steps is 30, the checkpoint's run had 20: the new value applies from step 9" \
             "loom: resuming: the learning rate at step 9 is 0.001, as the checkpoint's schedule had it; the schedule now: warmup 3 steps to 0.001, then stable at 0.001 through step 29"; do
   grep -qF "$line" "$WORK/wsd_b.out" || { grep resuming "$WORK/wsd_b.out"; fail "the WSD resume does not say: $line"; }
@@ -40,7 +40,7 @@ done
 ls "$WORK/ck" > "$WORK/ck_before"
 mpi -np 1 "$LOOM" train "${BASE[@]}" --set log.dir="$WORK/cool" --set train.steps=11 --set optim.lr_decay=wsd \
   --set optim.wsd_decay_steps=3 --set checkpoint.resume="$WORK/ck/step_00000008" --set checkpoint.dir="$WORK/cool_ck" \
-  > "$WORK/cool.out" 2>&1 || { cat "$WORK/cool.out"; fail "the WSD cooldown branch: exit status $?"; }
+  > "$WORK/cool.out" 2>&1 || { rc=$?; cat "$WORK/cool.out"; fail "the WSD cooldown branch: exit status $rc"; }
 grep -qF "loom: resuming: the learning rate at step 9 is 0.001, as the checkpoint's schedule had it" "$WORK/cool.out" ||
   { grep resuming "$WORK/cool.out"; fail "the cooldown branch does not say its learning rate"; }
 diff "$WORK/ck_before" <(ls "$WORK/ck") || fail "the cooldown branch changed the long run's checkpoint.dir"

@@ -1,0 +1,61 @@
+# A weighted blend for data.train ("0.8 data/fortunes 0.2 gpl", Megatron's --data-path form: two
+# loom prep directories of byte tokens): the header says each part's share and passes; one rank
+# and dp 2 train on the same global batches (the same losses); a resume goes on exactly, and one
+# under other weights is refused (the order would change) unless checkpoint.allow_changes.
+source "$(dirname "$0")/common.sh"
+corpus
+cd "$SRC"
+# The second corpus: the GPL's text (base-files: on every Debian system), byte tokens as the
+# fortunes' (the same vocabulary: a raw text file reads as 256 ids, refused beside 257).
+"$LOOM" prep --tokenizer byte --out "$WORK/gpl" /usr/share/common-licenses/GPL-3 > /dev/null
+TEXT=$WORK/gpl
+BLEND="0.8 data/fortunes 0.2 $TEXT"
+BASE=(configs/tiny.yaml "${SMALL[@]}" --set train.global_batch=16 --set train.micro_batch=4 --set train.steps=12
+      --set log.every=1 --set log.eval_every=6 --set log.tensorboard=false)
+mpi -np 1 "$LOOM" train "${BASE[@]}" --set "data.train=$BLEND" --set log.dir="$WORK/one" > "$WORK/one.out" 2>&1 || { rc=$?; cat "$WORK/one.out"; fail "one rank on the blend: exit status $rc"; }
+grep -E "^loom: data.train blend of 2: 80% data/fortunes \([0-9]+ samples, [0-9.e+-]+ passes in train.steps\), 20% $TEXT \([0-9]+ samples" "$WORK/one.out" ||
+  { grep -n "blend\|samples" "$WORK/one.out"; fail "the header does not describe the blend"; }
+mpi -np 2 "$LOOM" train "${BASE[@]}" --set "data.train=$BLEND" --set log.dir="$WORK/two" > "$WORK/two.out" 2>&1 || { rc=$?; cat "$WORK/two.out"; fail "dp 2 on the blend: exit status $rc"; }
+# Stopped at 6 and resumed: the same steps as the straight run.
+mpi -np 2 "$LOOM" train "${BASE[@]}" --set "data.train=$BLEND" --set log.dir="$WORK/split" --set checkpoint.dir="$WORK/ck" \
+  --set train.stop_at_step=6 > "$WORK/split1.out" 2>&1 || { rc=$?; cat "$WORK/split1.out"; fail "the first half: exit status $rc"; }
+mpi -np 2 "$LOOM" train "${BASE[@]}" --set "data.train=$BLEND" --set log.dir="$WORK/split" --set checkpoint.dir="$WORK/ck" \
+  > "$WORK/split2.out" 2>&1 || { rc=$?; cat "$WORK/split2.out"; fail "the resumed half: exit status $rc"; }
+# Other weights reorder the stream: refused, naming both, then allowed.
+set +e
+mpi -np 2 "$LOOM" train "${BASE[@]}" --set "data.train=0.5 data/fortunes 0.5 $TEXT" --set log.dir="$WORK/split" \
+  --set checkpoint.dir="$WORK/ck" --set train.steps=14 > "$WORK/reweigh.out" 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] || { cat "$WORK/reweigh.out"; fail "a resume under other blend weights: exit $rc, expected 2"; }
+grep -q "the data.train blend's shares changed from 80%, 20% to 50%, 50%" "$WORK/reweigh.out" ||
+  { cat "$WORK/reweigh.out"; fail "the refusal does not name the blend's change"; }
+mpi -np 2 "$LOOM" train "${BASE[@]}" --set "data.train=0.5 data/fortunes 0.5 $TEXT" --set log.dir="$WORK/split" \
+  --set checkpoint.dir="$WORK/ck" --set train.steps=14 --set checkpoint.allow_changes=true > "$WORK/reweigh2.out" 2>&1 || { rc=$?; cat "$WORK/reweigh2.out"; fail "the allowed reweighted resume: exit status $rc"; }
+grep -q "the data.train blend's shares changed from 80%, 20% to 50%, 50% (checkpoint.allow_changes=true)" "$WORK/reweigh2.out" ||
+  { grep resuming "$WORK/reweigh2.out"; fail "the allowed change is not said"; }
+# A raw text file (256 byte ids) beside the byte tokenizer's 257: two tokenizers, refused.
+set +e
+mpi -np 1 "$LOOM" train "${BASE[@]}" --set "data.train=0.8 data/fortunes 0.2 /usr/share/common-licenses/GPL-3" \
+  --set log.dir="$WORK/mixed" > "$WORK/mixed.out" 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] || { cat "$WORK/mixed.out"; fail "a blend of two vocabularies: exit $rc, expected 2"; }
+grep -q "mixes tokenizers: data/fortunes/manifest.json declares vocab size 257, /usr/share/common-licenses/GPL-3 256" "$WORK/mixed.out" ||
+  { cat "$WORK/mixed.out"; fail "a blend of two vocabularies is not named"; }
+python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+rows = lambda d: [json.loads(l) for l in open(f"{w}/{d}/metrics.jsonl")]
+one, two, split = rows("one"), rows("two"), rows("split")
+assert [r["step"] for r in one] == list(range(12)), [r["step"] for r in one]
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, two))
+print(f"one rank vs dp 2 on the blend: worst relative loss difference {worst:.1e}")
+assert worst <= 1e-5, worst
+assert len([r for r in one if "val_loss" in r]) == 2, "no validation"
+for a, b in zip(two, split[:12]):
+    assert (a["loss"], a["grad_norm"]) == (b["loss"], b["grad_norm"]), ("the resumed run differs", a, b)
+assert [r["step"] for r in split] == list(range(14)), [r["step"] for r in split]
+print("stop at 6 + resume: identical; reweighted resume to step 14 trained")
+PY
+echo PASS
