@@ -201,6 +201,8 @@ std::string Checkpointer::load(const std::string& dir, ResumePoint& at) {
   if (at.data.seed_recorded) at.data.seed = loader["seed"].get<uint64_t>();
   at.data.global_batch = loader.value("global_batch", int64_t(-1));
   at.data.samples_per_epoch = loader.value("samples_per_epoch", int64_t(-1));
+  // (Absent from checkpoints of a Loom before blends: no blend then.)
+  if (loader.contains("blend") && loader["blend"].is_string()) at.data.blend = loader["blend"].get<std::string>();
   // A dataset's fingerprint, PREFIX_tokens and PREFIX_crc32c; left at -1 where not recorded.
   auto fingerprint = [&](const std::string& prefix, int64_t* tokens, uint32_t* crc) {
     const std::string t = prefix + "_tokens", c = prefix + "_crc32c";

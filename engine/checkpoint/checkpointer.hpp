@@ -53,6 +53,7 @@ struct SavedDataPosition {
   uint32_t data_crc32c = 0;
   int64_t val_tokens = -1;          // data.val's DataFingerprint; -1: no data.val, or an older checkpoint
   uint32_t val_crc32c = 0;
+  std::string blend{};              // data.train's SampleIndex::blend_order(); "" no blend (and older checkpoints)
 };
 
 struct ResumePoint {

@@ -91,7 +91,8 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
                                    std::to_string(dp) + " ranks");
         data = open_dataset(a.data, "auto", "--data", a.split);
         print = validate_dataset(data, m.vocab_size, T, "--data");
-        samples = SampleIndex(data, T).size();
+        // The distinct sequences among those asked (a blend's small part repeats before the whole).
+        samples = SampleIndex(data, T).distinct_in_order(uint64_t(a.batches) * uint64_t(a.micro_batch));
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {

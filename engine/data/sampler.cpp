@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -55,6 +56,7 @@ void SampleIndex::fill(uint64_t k, int32_t* tokens, int32_t* targets) const {
 
 std::vector<uint32_t> blend_shares(const std::vector<double>& weights) {
   const size_t n = weights.size();
+  if (n == 0) throw std::runtime_error("a blend of no datasets");
   if (n > kBlendBlock) throw std::runtime_error("a blend of more than " + std::to_string(kBlendBlock) + " datasets");
   // Relative to the largest first, so that no sum of finite weights overflows.
   const double top = n ? *std::max_element(weights.begin(), weights.end()) : 1.0;
@@ -93,8 +95,9 @@ SampleIndex::SampleIndex(const TokenDataset& data, int seq_len) : SampleIndex(da
     if (end == first) throw std::runtime_error(b.source + ": holds no complete sample of seq_len+1 tokens");
     parts_.push_back({first, end - first, share[i]});
   }
-  // Megatron's rule: each position of the block to the part furthest below its share so far (in
-  // whole units: share * (i + 1) - taken * block), among those with positions left; lowest first.
+  // A largest-deficit rule (as Megatron's): each position of the block to the part furthest
+  // below its share so far (in whole units: share * (i + 1) - taken * block), among those with
+  // positions left in the block; the lowest part on a tie.
   std::vector<uint32_t> taken(parts_.size(), 0);
   block_part_.resize(kBlendBlock);
   block_rank_.resize(kBlendBlock);
@@ -126,6 +129,27 @@ uint64_t SampleIndex::shuffled(uint64_t seed, uint64_t p) const {
   const Part& part = parts_[d];
   const uint64_t part_seed = splitmix64(seed ^ (0x9e3779b97f4a7c15ull * (d + 1)));
   return part.first + EpochPermutation(part.size, part_seed, n / part.size)(n % part.size);
+}
+
+std::string SampleIndex::blend_order() const {
+  std::string out;
+  for (const Part& part : parts_) {
+    char b[96];
+    std::snprintf(b, sizeof b, "%s%g%% of %llu", out.empty() ? "" : " + ", part.per_block * 100.0 / kBlendBlock,
+                  (unsigned long long)part.size);
+    out += b;
+  }
+  return out.empty() ? out : out + " samples";
+}
+
+uint64_t SampleIndex::distinct_in_order(uint64_t positions) const {
+  if (parts_.empty()) return std::min(positions, total_);
+  std::vector<uint64_t> drawn(parts_.size(), 0);
+  for (size_t d = 0; d < parts_.size(); ++d) drawn[d] = (positions / kBlendBlock) * parts_[d].per_block;
+  for (uint64_t i = 0; i < positions % kBlendBlock; ++i) ++drawn[block_part_[i]];
+  uint64_t distinct = 0;
+  for (size_t d = 0; d < parts_.size(); ++d) distinct += std::min(drawn[d], parts_[d].size);
+  return distinct;
 }
 
 uint64_t SampleIndex::in_order(uint64_t p) const {

@@ -10,12 +10,14 @@
 // The loader's whole state is therefore the next step number.
 // A weighted blend (TokenDataset::blend) keeps all of that: the stream is cut into blocks of
 // kBlendBlock positions, each part gets a fixed number of every block (its weight's share,
-// rounded by largest remainder, at least one) spread through the block by Megatron's rule (each
-// position to the part furthest below its share so far), and a part's n-th position takes the
+// rounded by largest remainder, at least one) spread through the block by a largest-deficit
+// rule like Megatron's (each position to the part furthest below its share so far: every prefix
+// within one sample of the shares for two parts, within two for more), and a part's n-th position takes the
 // n-th sample of the part's own stream (its own seeded epochs). So the part and the sample at
 // any position are computed without a table over the run, and each part is seen once per its
 // own epoch, a small part more often than a large one.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/data/token_dataset.hpp"
@@ -41,6 +43,7 @@ class SampleIndex {
   SampleIndex(const std::vector<TokenShard>& shards, int seq_len);
   // A dataset, blended or not. Throws naming the part of a blend that holds no sample.
   SampleIndex(const TokenDataset& data, int seq_len);
+  SampleIndex(TokenDataset&&, int) = delete;  // it keeps a reference to the shards
   uint64_t size() const { return total_; }  // samples per epoch (a blend: of all its parts)
   int seq_len() const { return T_; }
   // Copies sample `k` (in [0, size())) into tokens[T] and targets[T].
@@ -54,6 +57,12 @@ class SampleIndex {
   // The sample at stream position p: of the seeded shuffle (training), or in order (validation).
   uint64_t shuffled(uint64_t seed, uint64_t p) const;
   uint64_t in_order(uint64_t p) const;
+  // What a blend's order depends on besides the seed, as a checkpoint records it: each part's
+  // share and size ("80% of 38118 + 20% of 549 samples"); "" when it is no blend. (A change to
+  // how shares or positions are drawn must change this text, so old checkpoints see the change.)
+  std::string blend_order() const;
+  // How many distinct samples the first `positions` of the in-order stream hold (validation).
+  uint64_t distinct_in_order(uint64_t positions) const;
 
  private:
   // A blend: the part of position p and how many of its positions came before.

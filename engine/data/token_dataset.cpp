@@ -240,9 +240,8 @@ std::vector<std::pair<double, std::string>> parse_blend(const std::string& spec,
   for (std::string w; in >> w;) words.push_back(w);
   auto number = [](const std::string& w, double& v) {
     char* end = nullptr;
-    errno = 0;
     v = std::strtod(w.c_str(), &end);
-    return end == w.c_str() + w.size() && errno != ERANGE && std::isfinite(v);
+    return end == w.c_str() + w.size() && std::isfinite(v);  // (an underflow to 0 is refused as a weight of 0)
   };
   double first = 0;
   if (words.empty() || !number(words[0], first)) return out;  // a path with spaces
@@ -250,7 +249,8 @@ std::vector<std::pair<double, std::string>> parse_blend(const std::string& spec,
   if (words.size() % 2 != 0)
     throw std::runtime_error(key + "='" + spec + "': " + std::to_string(words.size()) + " words, not WEIGHT PATH pairs" + form);
   if (words.size() < 4)
-    throw std::runtime_error(key + "='" + spec + "': a blend of one dataset; give two or more, or the path alone" + form);
+    throw std::runtime_error(key + "='" + spec + "': no such file or directory; read as a blend, it is of one dataset "
+                             "(give two or more, or the path alone)" + form);
   for (size_t i = 0; i < words.size(); i += 2) {
     double w = 0;
     if (!number(words[i], w))

@@ -10,7 +10,6 @@
 
 #include "engine/config/recipe_fields.hpp"
 #include "engine/config/recipe_io.hpp"
-#include "engine/data/sampler.hpp"
 #include "engine/train/lr_schedule_of.hpp"
 
 namespace loom {
@@ -24,38 +23,8 @@ std::string hex32(uint32_t v) {
 
 }  // namespace
 
-std::string blend_shares_text(const std::string& data_train) {
-  std::vector<std::pair<double, std::string>> parts;
-  try {
-    parts = parse_blend(data_train, "data.train");
-  } catch (const std::exception&) {
-    return "";  // malformed: refused where the data is opened
-  }
-  std::vector<double> weights;
-  for (const auto& p : parts) weights.push_back(p.first);
-  std::string out;
-  if (weights.empty()) return out;
-  for (uint32_t share : blend_shares(weights)) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g%%", share * 100.0 / kBlendBlock);
-    out += (out.empty() ? "" : ", ") + std::string(b);
-  }
-  return out;
-}
-
-std::optional<std::string> saved_blend_shares(const std::string& saved_recipe_yaml) {
-  if (saved_recipe_yaml.empty()) return std::nullopt;
-  try {
-    const YAML::Node n = YAML::Load(saved_recipe_yaml)["data"]["train"];
-    if (!n || !n.IsScalar()) return std::nullopt;
-    return blend_shares_text(n.Scalar());
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& now, bool allow_changes,
-                                 std::vector<std::string>* notes, const std::optional<std::string>& saved_blend) {
+                                 std::vector<std::string>* notes) {
   LoaderState at = saved.loader;
   // A checkpoint of an older Loom records only the step: its position is step x global batch
   // of the run that saved it, which it did not record either; assume the recipe's.
@@ -69,10 +38,10 @@ LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& 
   std::vector<std::string> reorder;
   if (saved.seed_recorded && saved.seed != now.seed)
     reorder.push_back("train.seed changed from " + std::to_string(saved.seed) + " to " + std::to_string(now.seed));
-  if (saved_blend && *saved_blend != now.blend)
-    reorder.push_back("the data.train blend's shares changed from " + (saved_blend->empty() ? "none (one dataset)" : *saved_blend) +
-                      " to " + (now.blend.empty() ? "none (one dataset)" : now.blend));
-  if (saved.samples_per_epoch >= 0 && saved.samples_per_epoch != now.samples_per_epoch)
+  if (saved.blend != now.blend)
+    reorder.push_back("the data.train blend changed from " + (saved.blend.empty() ? "one dataset" : saved.blend) +
+                      " to " + (now.blend.empty() ? "one dataset" : now.blend));
+  else if (saved.samples_per_epoch >= 0 && saved.samples_per_epoch != now.samples_per_epoch)
     reorder.push_back("the training data changed from " + std::to_string(saved.samples_per_epoch) + " to " +
                       std::to_string(now.samples_per_epoch) + " samples per epoch");
   // The same number of samples but other tokens (a file edited or replaced in place, a corpus

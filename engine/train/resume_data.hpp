@@ -9,7 +9,6 @@
 // others never. A dataset of the same size whose tokens changed (its DataFingerprint) keeps the
 // order but not the samples. Either needs consent (checkpoint.allow_changes=true), and is stated.
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,24 +24,17 @@ struct DataNow {
   bool schedule_in_samples = false;  // train.batch_policy goodput: the schedule follows sequences trained
   DataFingerprint data;              // of data.train (validate_dataset)
   DataFingerprint val;               // of data.val (tokens 0: no data.val)
-  std::string blend;                 // data.train's blend shares (blend_shares_text), "" if no blend
+  std::string blend{};               // data.train's SampleIndex::blend_order(), "" if no blend
 };
-
-// A data.train blend's shares as the sampler draws them ("70%, 30%"), "" when it is no blend:
-// what the order depends on besides the seed and the parts' sizes.
-std::string blend_shares_text(const std::string& data_train);
-// The same for the data.train of a checkpoint's recorded recipe; nullopt when it recorded none.
-std::optional<std::string> saved_blend_shares(const std::string& saved_recipe_yaml);
 
 // The loader state to start from. `notes` gets one line per change (for rank 0 to print): a
 // data.val whose tokens changed too, though it needs no consent (val_loss before and after are
 // then over different tokens).
 // Throws std::runtime_error naming the keys when a change needs consent that was not given.
-// `saved_blend`: blend_shares_text of the data.train the checkpoint's recipe recorded (nullopt: it
-// recorded no recipe).
+// A blend is compared by its parts' shares and sizes (SampleIndex::blend_order): other weights,
+// or shards moved between parts, reorder the stream as a new seed does.
 LoaderState resume_data_position(const SavedDataPosition& saved, const DataNow& now, bool allow_changes,
-                                 std::vector<std::string>* notes,
-                                 const std::optional<std::string>& saved_blend = std::nullopt);
+                                 std::vector<std::string>* notes);
 
 // The optimizer and schedule keys (lr, min_lr, warmup_steps, the decay's keys, train.steps,
 // weight decay, betas, clipping) that differ between the recipe recorded in the checkpoint

@@ -119,8 +119,9 @@ Trainer::Trainer(const Recipe& recipe, parallel::ProcessGroups& groups, const st
   // goodput: a resumed run goes on at the batch its checkpoint was at.
   const std::string batch_note = resumed_.path.empty() ? "" : batch_.resume_at(resumed_.data.global_batch);
   step_->set_batch(int(batch_.batch() / batch_.unit()), batch_.batch());
-  data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(SampleIndex(train, m.seq_len).size()),
-                      batch_.adaptive(), train_print, val_print, blend_shares_text(r_.data.train)};
+  const SampleIndex train_index(train, m.seq_len);
+  data_now_ = DataNow{uint64_t(r_.train.seed), batch_.batch(), int64_t(train_index.size()),
+                      batch_.adaptive(),           train_print,  val_print, train_index.blend_order()};
   const LoaderState start = resume_position();
   if (rank_ == 0 && r_.checkpoint.dir.empty() && r_.train.stop_at_step > resumed_.steps_done &&
       r_.train.stop_at_step < r_.train.steps)
@@ -276,7 +277,8 @@ double Trainer::save_checkpoint(int64_t done, const TrainSummary& summary, int64
   TraceRecorder::Span span(&trace_, "checkpoint save", "checkpoint");
   const SavedDataPosition data{train_data_->state(),      data_now_.seed, true, data_now_.global_batch,
                                data_now_.samples_per_epoch, int64_t(data_now_.data.tokens), data_now_.data.crc32c,
-                               data_now_.val.tokens > 0 ? int64_t(data_now_.val.tokens) : -1, data_now_.val.crc32c};
+                               data_now_.val.tokens > 0 ? int64_t(data_now_.val.tokens) : -1, data_now_.val.crc32c,
+                               data_now_.blend};
   return checkpointer_->save(done, data, StateHealth{summary.final_loss, first_bad_step}, scaler_->state(),
                              noise_.state());
 }

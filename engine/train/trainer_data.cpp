@@ -25,7 +25,11 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
       *val_print = validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
       if (r_.log.eval_every > 0) {
         val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
-        val_repeat_note_ = validation_repeat_note(SampleIndex(val, m.seq_len).size());
+        // (A blend's small part repeats before the whole does: the distinct samples the asked
+        // positions hold.)
+        const SampleIndex index(val, m.seq_len);
+        val_repeat_note_ = validation_repeat_note(
+            index.distinct_in_order(uint64_t(r_.log.eval_batches) * uint64_t(layout_.global_batch())));
       }
     }
   });
@@ -86,8 +90,7 @@ void Trainer::announce_resume(const std::string& batch_note) const {
 
 LoaderState Trainer::resume_position() {
   if (resumed_.path.empty()) return {};
-  const LoaderState start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &resume_notes_,
-                                                saved_blend_shares(resumed_.recipe_yaml));
+  const LoaderState start = resume_data_position(resumed_.data, data_now_, r_.checkpoint.allow_changes, &resume_notes_);
   const double schedule_at = batch_.adaptive() ? batch_.progress(start.next_sample) : double(resumed_.steps_done);
   for (std::string& n : schedule_changes(resumed_.recipe_yaml, r_, resumed_.steps_done, schedule_at))
     resume_notes_.push_back(std::move(n));

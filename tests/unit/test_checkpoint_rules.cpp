@@ -228,30 +228,29 @@ TEST_CASE("a resumed run continues at the next unseen sample whatever the global
     REQUIRE(notes.size() == 1);
     CHECK(notes[0].find("train.seed changed") != std::string::npos);
   }
-  SECTION("a blend's other weights are a new order: refused without consent, said with it") {
+  SECTION("a blend's other shares or part sizes are a new order: refused without consent, said with it") {
     DataNow blended = now(1337, 32, 38118);
-    blended.blend = blend_shares_text("0.5 data/a 0.5 data/b");
-    CHECK(blended.blend == "50%, 50%");
-    CHECK(blend_shares_text("data/a") == "");
-    const std::string was = blend_shares_text("4 data/a 1 /moved/b");
-    CHECK(was == "80%, 20%");
-    CHECK_THROWS_WITH(resume_data_position(saved, blended, false, &notes, was),
-                      Catch::Contains("the data.train blend's shares changed from 80%, 20% to 50%, 50%") &&
+    blended.blend = "50% of 37000 + 50% of 1118 samples";
+    SavedDataPosition was = saved;
+    was.blend = "80% of 37000 + 20% of 1118 samples";
+    CHECK_THROWS_WITH(resume_data_position(was, blended, false, &notes),
+                      Catch::Contains("the data.train blend changed from 80% of 37000 + 20% of 1118 samples to 50% of "
+                                      "37000 + 50% of 1118 samples") &&
                           Catch::Contains("checkpoint.allow_changes=true"));
-    CHECK_THROWS_WITH(resume_data_position(saved, blended, false, &notes, std::string()),
-                      Catch::Contains("changed from none (one dataset) to 50%, 50%"));
-    // The same shares from other paths or spellings, or a checkpoint that recorded no recipe: fine.
-    CHECK_NOTHROW(resume_data_position(saved, blended, false, &notes, blend_shares_text("1 /x/a 1 /y/b")));
-    CHECK_NOTHROW(resume_data_position(saved, blended, false, &notes));
-    const LoaderState at = resume_data_position(saved, blended, true, &notes, was);
+    // Shards moved between the parts: the same total, fingerprint and shares, another order.
+    was.blend = "50% of 36000 + 50% of 2118 samples";
+    CHECK_THROWS_WITH(resume_data_position(was, blended, false, &notes),
+                      Catch::Contains("from 50% of 36000 + 50% of 2118 samples to 50% of 37000"));
+    // A run of one dataset resumed on a blend (and an older checkpoint, which recorded none).
+    CHECK_THROWS_WITH(resume_data_position(saved, blended, false, &notes),
+                      Catch::Contains("changed from one dataset to 50% of 37000"));
+    was.blend = blended.blend;
+    CHECK_NOTHROW(resume_data_position(was, blended, false, &notes));
+    was.blend = "80% of 37000 + 20% of 1118 samples";
+    const LoaderState at = resume_data_position(was, blended, true, &notes);
     CHECK(at.next_sample == 640);
     REQUIRE(notes.size() == 1);
     CHECK_THAT(notes[0], Catch::Contains("(checkpoint.allow_changes=true): the sample order from sample 640 on"));
-    // From a checkpoint's recorded recipe.
-    Recipe r;
-    r.data.train = "4 data/a 1 data/b";
-    CHECK(saved_blend_shares(recipe_to_yaml(r)) == std::optional<std::string>("80%, 20%"));
-    CHECK_FALSE(saved_blend_shares("").has_value());
   }
   SECTION("the same number of samples but other tokens: refused without consent, said with it") {
     const DataFingerprint edited{print.tokens, 0x1234abce};
