@@ -31,6 +31,13 @@ struct LrSchedule {
 
   double at(int64_t step) const { return at_progress(double(step)); }
 
+  // wsd: the last (0-based) step at lr, where the cooldown starts; a cooldown longer than the
+  // decay phase is all of it.
+  int64_t wsd_stable_end() const {
+    const int64_t span = std::max<int64_t>(1, decay_steps - warmup_steps);
+    return warmup_steps + span - std::clamp<int64_t>(wsd_decay_steps, 1, span);
+  }
+
   // The same curve at a fractional step (train.batch_policy goodput: the steps of the reference
   // batch trained so far); equal to at(step) at whole steps.
   double at_progress(double step) const {
@@ -43,11 +50,9 @@ struct LrSchedule {
       case LrDecay::Cosine: return down(DecayShape::Cosine, p);
       case LrDecay::Linear: return down(DecayShape::Linear, p);
       case LrDecay::Wsd: {
-        // Stable until the cooldown; a cooldown longer than the decay phase is all of it.
-        const double cooldown = std::clamp(double(wsd_decay_steps), 1.0, span);
-        const double stable_end = double(warmup_steps) + span - cooldown;
-        if (step <= stable_end) return lr;
-        return down(wsd_shape, std::min(1.0, (step - stable_end) / cooldown));
+        const double end = double(wsd_stable_end()), cooldown = double(warmup_steps) + span - end;
+        if (step <= end) return lr;
+        return down(wsd_shape, std::min(1.0, (step - end) / cooldown));
       }
       case LrDecay::Constant: break;
     }

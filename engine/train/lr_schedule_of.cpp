@@ -46,11 +46,9 @@ std::string describe(const LrSchedule& s) {
                     s.lr, s.min_lr, (long long)s.decay_steps);
       break;
     case LrDecay::Wsd: {
-      const int64_t span = std::max<int64_t>(1, s.decay_steps - s.warmup_steps);
-      const int64_t cooldown = std::clamp<int64_t>(s.wsd_decay_steps, 1, span);
       // Steps as the progress line numbers them (steps done): schedule index i is step i + 1.
       std::snprintf(b, sizeof b, "stable at %g through step %lld, then %s down to %g, reached after step %lld", s.lr,
-                    (long long)(s.warmup_steps + span - cooldown + 1), shape_name[int(s.wsd_shape)], s.min_lr,
+                    (long long)(s.wsd_stable_end() + 1), shape_name[int(s.wsd_shape)], s.min_lr,
                     (long long)s.decay_steps);
       break;
     }
