@@ -63,7 +63,7 @@ struct OptimConfig {
   int64_t warmup_steps = 0;
   // The decay after the warmup (engine/optim/lr_schedule.hpp): its shape, the step where it
   // reaches min_lr, and wsd's cooldown.
-  std::string lr_decay = "cosine";   // cosine | linear | wsd | constant
+  std::string lr_decay = "cosine";   // cosine | linear | wsd | inverse_sqrt | constant
   int decay_steps = 0;               // 0 means "auto": train.steps
   int wsd_decay_steps = 0;           // 0 means "auto": a fifth of the steps from warmup to decay_steps
   std::string wsd_shape = "linear";  // linear | cosine | sqrt (1 - sqrt) | exponential

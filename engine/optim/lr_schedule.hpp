@@ -7,6 +7,9 @@
 //             then down to min_lr along wsd_shape (linear, cosine, 1 - sqrt: Hägele et al.
 //             2024, or Megatron's exponential 2 * 0.5^f - 1), as Megatron's --lr-decay-style WSD
 //             with --lr-wsd-decay-iters and --lr-wsd-decay-style
+//   inverse_sqrt  lr * sqrt(w / step) with w = max(1, warmup), not below min_lr: the Noam /
+//             T5 / fairseq decay, Megatron "inverse-square-root"; min_lr after decay_steps
+//             (Megatron's cut-off: a step down, since the curve never reaches it on its own)
 //   constant  lr (min_lr unused)
 // where p = (step - warmup) / (decay_steps - warmup), clamped to [0, 1]. `step` is 0-based:
 // step 0 uses lr/warmup, step warmup-1 reaches lr, step decay_steps-1 ends near min_lr.
@@ -18,7 +21,7 @@
 
 namespace loom {
 
-enum class LrDecay { Cosine, Linear, Wsd, Constant };
+enum class LrDecay { Cosine, Linear, Wsd, InverseSqrt, Constant };
 enum class DecayShape { Linear, Cosine, Sqrt, Exponential };
 
 struct LrSchedule {
@@ -47,6 +50,13 @@ struct LrSchedule {
     const double span = double(std::max<int64_t>(1, decay_steps - warmup_steps));
     const double p = std::clamp((step - double(warmup_steps)) / span, 0.0, 1.0);
     switch (decay) {
+      case LrDecay::InverseSqrt: {
+        // Megatron's: max(1, warmup) in place of the warmup, the step counted as its iteration,
+        // and its cut-off: min_lr once past decay_steps.
+        if (step > double(decay_steps)) return min_lr;
+        const double w = double(std::max<int64_t>(1, warmup_steps));
+        return std::max(min_lr, lr * std::sqrt(w / std::max(w, step)));
+      }
       case LrDecay::Cosine: return down(DecayShape::Cosine, p);
       case LrDecay::Linear: return down(DecayShape::Linear, p);
       case LrDecay::Wsd: {

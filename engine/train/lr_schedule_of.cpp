@@ -1,6 +1,7 @@
 #include "engine/train/lr_schedule_of.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace loom {
@@ -10,6 +11,7 @@ LrSchedule lr_schedule_of(const Recipe& r) {
   LrSchedule s{o.lr, o.min_lr, o.warmup_steps, r.decay_steps_resolved()};
   s.decay = o.lr_decay == "linear" ? LrDecay::Linear
             : o.lr_decay == "wsd"   ? LrDecay::Wsd
+            : o.lr_decay == "inverse_sqrt" ? LrDecay::InverseSqrt
             : o.lr_decay == "constant" ? LrDecay::Constant
                                        : LrDecay::Cosine;
   s.wsd_decay_steps = r.wsd_decay_steps_resolved();
@@ -45,6 +47,18 @@ std::string describe(const LrSchedule& s) {
                     s.decay == LrDecay::Cosine ? "cosine" : "linear",
                     s.lr, s.min_lr, (long long)s.decay_steps);
       break;
+    case LrDecay::InverseSqrt: {
+      // The first 0-based step at the floor: lr sqrt(w / i) <= min_lr from i = w (lr / min_lr)^2.
+      const double w = double(std::max<int64_t>(1, s.warmup_steps));
+      const double floor_index = s.min_lr > 0 ? std::ceil(w * (s.lr / s.min_lr) * (s.lr / s.min_lr)) : 1e300;
+      if (floor_index <= double(s.decay_steps - 1))
+        std::snprintf(b, sizeof b, "falling as 1/sqrt(step) from %g to the floor optim.min_lr=%g at step %.0f, held there",
+                      s.lr, s.min_lr, floor_index + 1);
+      else
+        std::snprintf(b, sizeof b, "falling as 1/sqrt(step) from %g to %g at step %lld, then %g", s.lr,
+                      s.at(s.decay_steps - 1), (long long)s.decay_steps, s.min_lr);
+      break;
+    }
     case LrDecay::Wsd: {
       // Steps as the progress line numbers them (steps done): schedule index i is step i + 1.
       std::snprintf(b, sizeof b, "stable at %g through step %lld, then %s down to %g, reached after step %lld", s.lr,

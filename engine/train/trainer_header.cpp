@@ -71,7 +71,10 @@ void Trainer::print_header() const {
     std::printf("loom: note: optim.warmup_steps=%lld is not below train.steps=%lld: the learning rate is still "
                 "warming up towards optim.lr=%g when the run ends, and never decays\n",
                 (long long)r_.optim.warmup_steps, steps, r_.optim.lr);
-  else if (schedule_.decay != LrDecay::Constant && schedule_.decay_steps > steps)
+  // (Not for inverse_sqrt, which has no end it decays towards: its drop to min_lr at decay_steps
+  // is Megatron's cut-off, not a destination.)
+  else if (schedule_.decay != LrDecay::Constant && schedule_.decay != LrDecay::InverseSqrt &&
+           schedule_.decay_steps > steps)
     std::printf("loom: note: optim.decay_steps=%lld is past train.steps=%lld: the schedule ends at a learning rate "
                 "of %g, before the decay reaches optim.min_lr=%g (to go on later: checkpoint.resume with a larger "
                 "train.steps)\n",

@@ -1,5 +1,5 @@
 # The learning-rate schedules (optim.lr_decay: cosine, linear, wsd with each of its four cooldown shapes,
-# constant; optim.decay_steps before train.steps) as runs apply them: every step's logged lr
+# inverse_sqrt down to its floor, constant; optim.decay_steps before train.steps) as runs apply them: every step's logged lr
 # against an independent transcription of the formulas in docs/recipes.md (the shapes Megatron's
 # and torchtitan's, the step conventions Loom's; metrics.jsonl's step is the 0-based index i, the
 # progress line's step i + 1; metrics.jsonl holds 9 significant digits). Then WSD's use: a run stopped in its stable phase and resumed with a longer
@@ -23,6 +23,10 @@ run wsd_cosine --set train.steps=14 --set optim.lr_decay=wsd --set optim.wsd_dec
 run wsd_sqrt --set train.steps=14 --set optim.lr_decay=wsd --set optim.wsd_shape=sqrt  # auto: (14-3)/5 = 2
 run wsd_exp --set train.steps=14 --set optim.lr_decay=wsd --set optim.wsd_decay_steps=6 --set optim.wsd_shape=exponential
 run constant --set train.steps=14 --set optim.lr_decay=constant
+# min_lr 5e-4: the floor from 0-based step 3 (1e-3 / 5e-4)^2 = 12 on.
+run inv_sqrt --set train.steps=14 --set optim.lr_decay=inverse_sqrt --set optim.min_lr=5e-4
+grep -qF "loom: learning rate: warmup 3 steps to 0.001, then falling as 1/sqrt(step) from 0.001 to the floor optim.min_lr=0.0005 at step 13, held there" "$WORK/inv_sqrt.out" ||
+  { grep "learning rate" "$WORK/inv_sqrt.out"; fail "inverse_sqrt: the header does not describe the schedule"; }
 grep -q "loom: learning rate: warmup 3 steps to 0.001, then stable at 0.001 through step 10, then linear down to 0.0003, reached after step 14" "$WORK/wsd_linear.out" ||
   { grep "learning rate" "$WORK/wsd_linear.out"; fail "wsd: the header does not describe the schedule"; }
 # The resumable WSD run: stable through step 19 of 20 (cooldown 2), stopped at 8, resumed with 30 steps.
@@ -50,12 +54,14 @@ import json, math, sys
 w = sys.argv[1]
 lr, mn, W = 1e-3, 3e-4, 3
 
-def expected(i, kind, D, C=None, shape="linear"):
+def expected(i, kind, D, C=None, shape="linear", mn=mn):
     """The rate at 0-based step i: warmup (i+1)/W, then decay to mn at D, mn after."""
     if i < W:
         return lr * (i + 1) / W
     if kind == "constant":
         return lr
+    if kind == "inverse_sqrt":  # Megatron's: lr sqrt(warmup / step), not below min_lr, min_lr after D
+        return mn if i > D else max(mn, lr * math.sqrt(W / i))
     if i >= D:
         return mn
     if kind == "wsd":
@@ -87,6 +93,9 @@ check("wsd_cosine", 14, "wsd", 14, 5, shape="cosine")
 check("wsd_sqrt", 14, "wsd", 14, 2, shape="sqrt")
 check("wsd_exp", 14, "wsd", 14, 6, shape="exponential")
 check("constant", 14, "constant", 14)
+check("inv_sqrt", 14, "inverse_sqrt", 14, mn=5e-4)
+rows = [json.loads(l) for l in open(f"{w}/inv_sqrt/metrics.jsonl")]
+assert rows[11]["lr"] > 5e-4 and rows[12]["lr"] == rows[13]["lr"] == 5e-4, "inverse_sqrt: not at its floor from step 12"
 # Steps 1-8 on the 20-step schedule, 9-30 on the 30-step one: the same rate across the resume.
 rows = [json.loads(l) for l in open(f"{w}/wsd_a/metrics.jsonl")]
 assert [r["step"] for r in rows] == list(range(30)), [r["step"] for r in rows]

@@ -23,7 +23,7 @@ LrSchedule make(LrDecay d, int64_t warmup, int64_t decay_steps) {
 }  // namespace
 
 TEST_CASE("every schedule warms up linearly from lr over warmup_steps") {
-  for (LrDecay d : {LrDecay::Cosine, LrDecay::Linear, LrDecay::Wsd, LrDecay::Constant}) {
+  for (LrDecay d : {LrDecay::Cosine, LrDecay::Linear, LrDecay::Wsd, LrDecay::InverseSqrt, LrDecay::Constant}) {
     const LrSchedule s = make(d, 10, 110);
     CHECK(s.at(0) == Approx(kLr / 10));
     CHECK(s.at(4) == Approx(kLr / 2));
@@ -88,8 +88,29 @@ TEST_CASE("wsd holds lr until the cooldown then falls along its shape to min_lr"
   CHECK(s.at(60) == Approx(kMid));
 }
 
+TEST_CASE("inverse_sqrt falls as lr sqrt(warmup over step) down to its floor as Megatron's") {
+  LrSchedule s = make(LrDecay::InverseSqrt, 10, 5000);
+  CHECK(s.at(10) == kLr);
+  CHECK(s.at(40) == Approx(kLr / 2));                        // sqrt(10 / 40)
+  CHECK(s.at(90) == Approx(kLr / 3));
+  for (int64_t i = 11; i < 1000; ++i) CHECK(s.at(i) < s.at(i - 1));
+  CHECK(s.at(999) == Approx(kLr * std::sqrt(10.0 / 999)));  // 1.0005e-4: still above kMin
+  CHECK(s.at(1000) == Approx(kMin));                        // 10 (1e-3 / 1e-4)^2: the floor
+  for (int64_t i : {1001, 2000, 4999}) CHECK(s.at(i) == kMin);
+  CHECK(s.at(5000) == kMin);
+  // Without a warmup Megatron counts it as one step: lr at steps 0 and 1, lr / 2 at step 4.
+  s = make(LrDecay::InverseSqrt, 0, 5000);
+  CHECK(s.at(0) == kLr);
+  CHECK(s.at(1) == kLr);
+  CHECK(s.at(4) == Approx(kLr / 2));
+  // Megatron's cut-off: min_lr after decay_steps.
+  s = make(LrDecay::InverseSqrt, 10, 100);
+  CHECK(s.at(100) == Approx(kLr * std::sqrt(10.0 / 100)));
+  CHECK(s.at(101) == kMin);
+}
+
 TEST_CASE("a fractional position (goodput) agrees with the whole steps and lies between them") {
-  for (LrDecay d : {LrDecay::Cosine, LrDecay::Linear, LrDecay::Wsd, LrDecay::Constant}) {
+  for (LrDecay d : {LrDecay::Cosine, LrDecay::Linear, LrDecay::Wsd, LrDecay::InverseSqrt, LrDecay::Constant}) {
     LrSchedule s = make(d, 10, 110);
     s.wsd_decay_steps = 30;
     for (int64_t i = 0; i < 130; ++i) {
@@ -137,4 +158,17 @@ TEST_CASE("the recipe's keys make the schedule, auto resolved against train.step
   CHECK(describe(lr_schedule_of(r)) == "constant at 0.0006");
   r.optim.lr_decay = "linear";
   CHECK(lr_schedule_of(r).decay == LrDecay::Linear);
+  r.optim.lr_decay = "inverse_sqrt";
+  r.optim.warmup_steps = 100;
+  r.train.steps = 1000;
+  s = lr_schedule_of(r);
+  CHECK(s.decay == LrDecay::InverseSqrt);
+  CHECK(describe(s) == "warmup 100 steps to 0.0006, then falling as 1/sqrt(step) from 0.0006 to 0.000189832 at step "
+                       "1000, then 6e-05");
+  r.optim.min_lr = 3e-4;  // reached at 0-based step 100 (0.0006 / 0.0003)^2 = 400
+  s = lr_schedule_of(r);
+  CHECK(s.at(399) > 3e-4);
+  CHECK(s.at(400) == 3e-4);
+  CHECK(describe(s) == "warmup 100 steps to 0.0006, then falling as 1/sqrt(step) from 0.0006 to the floor "
+                       "optim.min_lr=0.0003 at step 401, held there");
 }

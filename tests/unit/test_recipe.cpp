@@ -142,7 +142,7 @@ TEST_CASE("malformed recipes and overrides are rejected with their place and the
       {"cooldown_longer_than_decay", "optim:\n  lr_decay: wsd\n  warmup_steps: 10\n  decay_steps: 60\n  wsd_decay_steps: 51\n",
        {}, 1, {"optim.wsd_decay_steps=51 (", ") is longer than the 50 steps from optim.warmup_steps=10"}},
       {"bad_lr_decay", "optim:\n  lr_decay: cosin\n", {}, 1,
-       {"optim.lr_decay: 'cosin' is not one of cosine | linear | wsd | constant", "did you mean 'cosine'?"}},
+       {"optim.lr_decay: 'cosin' is not one of cosine | linear | wsd | inverse_sqrt | constant", "did you mean 'cosine'?"}},
       {"bad_wsd_shape", g, {"optim.wsd_shape=exp"}, 1, {"optim.wsd_shape: 'exp' is not one of linear | cosine | sqrt | exponential"}},
       {"yaml_syntax", "model:\n  n_layer: [1, 2\n", {}, 1, {"yaml_syntax.yaml:", "YAML syntax error"}},
       {"empty_file", "", {}, 1, {"empty_file.yaml: the recipe is empty"}},
