@@ -72,6 +72,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   DataFingerprint print;  // of this rank's copy of --data
   int T = 0, device = 0;
   uint64_t samples = 0;  // in the split: more asked for than it holds come round again
+  bool blend = false;
   const int dp = world.size();
   // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says; before
   // anything runs OpenMP code (the data's and the model's checks). Collective on every rank.
@@ -92,7 +93,9 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
         data = open_dataset(a.data, "auto", "--data", a.split);
         print = validate_dataset(data, m.vocab_size, T, "--data");
         // The distinct sequences among those asked (a blend's small part repeats before the whole).
-        samples = SampleIndex(data, T).distinct_in_order(uint64_t(a.batches) * uint64_t(a.micro_batch));
+        const SampleIndex index(data, T);
+        samples = index.distinct_in_order(uint64_t(a.batches) * uint64_t(a.micro_batch));
+        blend = !index.parts().empty();
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {
@@ -141,9 +144,11 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
       // as asked, and how many distinct ones the data held when fewer.
       const bool has_splits = data.format == "loom" && std::filesystem::is_directory(a.data);
       const uint64_t asked = uint64_t(a.batches) * uint64_t(a.micro_batch);
-      char repeat[96] = "";
+      char repeat[160] = "";
       if (asked > samples)
-        std::snprintf(repeat, sizeof repeat, ", %llu distinct: the data holds no more, so they repeat",
+        std::snprintf(repeat, sizeof repeat,
+                      blend ? ", %llu distinct: the blend's smaller parts come round before the whole, so some repeat"
+                            : ", %llu distinct: the data holds no more, so they repeat",
                       (unsigned long long)samples);
       std::printf("loom eval: %s on %s%s%s%s: loss %.6f nats/token, perplexity %.4f, over %llu sequences of %d "
                   "tokens%s (%.2f s)\n",

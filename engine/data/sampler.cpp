@@ -152,6 +152,20 @@ uint64_t SampleIndex::distinct_in_order(uint64_t positions) const {
   return distinct;
 }
 
+uint64_t SampleIndex::repeat_free_in_order(uint64_t positions) const {
+  // A start with no repeat has one fewer position without one, so the lengths with none form a
+  // prefix of [0, positions]: bisect for its end (distinct_in_order is at most kBlendBlock steps).
+  uint64_t lo = 0, hi = positions;  // lo is repeat-free; the answer lies in [lo, hi]
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo + 1) / 2;
+    if (distinct_in_order(mid) == mid)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 uint64_t SampleIndex::in_order(uint64_t p) const {
   if (parts_.empty()) return p % total_;
   size_t d = 0;

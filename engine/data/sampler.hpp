@@ -63,6 +63,9 @@ class SampleIndex {
   std::string blend_order() const;
   // How many distinct samples the first `positions` of the in-order stream hold (validation).
   uint64_t distinct_in_order(uint64_t positions) const;
+  // The longest start of the in-order stream, at most `positions` long, in which no sample comes
+  // twice: a blend's small part repeats long before the whole has been seen once.
+  uint64_t repeat_free_in_order(uint64_t positions) const;
 
  private:
   // A blend: the part of position p and how many of its positions came before.

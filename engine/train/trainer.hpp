@@ -83,7 +83,7 @@ class Trainer {
   TokenDataset open_data(DataFingerprint* train_print, DataFingerprint* val_print);
   LoaderState resume_position();
   // "" when log.eval_batches global batches fit in data.val's `distinct` sequences, else the note.
-  std::string validation_repeat_note(uint64_t distinct) const;
+  std::string validation_repeat_note(uint64_t distinct, uint64_t repeat_free, bool blend) const;
   // Rank 0: "resumed from ..." and what changed (`batch_note`, resume_notes_), once accepted.
   void announce_resume(const std::string& batch_note) const;
   void start_run_record(const std::string& command, const std::vector<std::string>& hosts);  // rank 0

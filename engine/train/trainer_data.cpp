@@ -26,10 +26,11 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
       if (r_.log.eval_every > 0) {
         val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
         // (A blend's small part repeats before the whole does: the distinct samples the asked
-        // positions hold.)
+        // positions hold, and how far the stream goes before its first repeat.)
         const SampleIndex index(val, m.seq_len);
-        val_repeat_note_ = validation_repeat_note(
-            index.distinct_in_order(uint64_t(r_.log.eval_batches) * uint64_t(layout_.global_batch())));
+        const uint64_t asked = uint64_t(r_.log.eval_batches) * uint64_t(layout_.global_batch());
+        val_repeat_note_ = validation_repeat_note(index.distinct_in_order(asked), index.repeat_free_in_order(asked),
+                                                  !index.parts().empty());
       }
     }
   });
@@ -48,18 +49,24 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
   return train;
 }
 
-std::string Trainer::validation_repeat_note(uint64_t distinct) const {
+std::string Trainer::validation_repeat_note(uint64_t distinct, uint64_t repeat_free, bool blend) const {
   // validation_batches wraps around a split shorter than the evaluation: val_loss then counts
-  // sequences more than once, which the user should know (loom eval says so).
+  // sequences more than once, which the user should know (loom eval says so). The fix offered
+  // is the evaluation with no repeat at all: for a blend fewer batches than the distinct count
+  // suggests, as its smallest part comes round first.
   const uint64_t batch = uint64_t(layout_.global_batch());
   const uint64_t asked = uint64_t(r_.log.eval_batches) * batch;
   if (asked <= distinct) return "";
-  std::string fix = distinct >= batch ? "set log.eval_batches to at most " + std::to_string(distinct / batch)
-                                      : "data.val holds less than one global batch";
+  const std::string fix = repeat_free >= batch ? "set log.eval_batches to at most " + std::to_string(repeat_free / batch)
+                          : distinct >= batch  ? "even its first global batch repeats sequences of a part too small "
+                                                 "for its weight: give that part more data or less weight"
+                                               : "data.val holds less than one global batch";
   return "loom: note: log.eval_batches=" + std::to_string(r_.log.eval_batches) + " asks for " + std::to_string(asked) +
          " validation sequences of " + std::to_string(r_.model.seq_len) + " tokens (global batches of " +
-         std::to_string(batch) + "); data.val holds " + std::to_string(distinct) +
-         " distinct ones, so they repeat: val_loss counts sequences more than once; " + fix;
+         std::to_string(batch) + "); data.val " +
+         (blend ? "is a blend whose parts give " + std::to_string(distinct) + " distinct ones among them, so some repeat"
+                : "holds " + std::to_string(distinct) + " distinct ones, so they repeat") +
+         ": val_loss counts sequences more than once; " + fix;
 }
 
 void Trainer::check_lora_base() {

@@ -1,7 +1,8 @@
 # A weighted blend for data.train ("0.8 data/fortunes 0.2 gpl", Megatron's --data-path form: two
 # loom prep directories of byte tokens): the header says each part's share and passes; one rank
 # and dp 2 train on the same global batches (the same losses); a resume goes on exactly, and one
-# under other weights is refused (the order would change) unless checkpoint.allow_changes.
+# under other weights is refused (the order would change) unless checkpoint.allow_changes; a
+# validation blend's repeat note offers the most log.eval_batches that repeat nothing.
 source "$(dirname "$0")/common.sh"
 corpus
 cd "$SRC"
@@ -43,6 +44,26 @@ set -e
 [ "$rc" = 2 ] || { cat "$WORK/mixed.out"; fail "a blend of two vocabularies: exit $rc, expected 2"; }
 grep -q "mixes tokenizers: data/fortunes/manifest.json declares vocab size 257, /usr/share/common-licenses/GPL-3 256" "$WORK/mixed.out" ||
   { cat "$WORK/mixed.out"; fail "a blend of two vocabularies is not named"; }
+# A validation blend whose small part (the GPL, 80% of the weight) repeats long before the whole:
+# the note's suggested log.eval_batches is the most without any repeat, so it gives no note and
+# one batch more does.
+VAL_BLEND="0.2 data/fortunes 0.8 $TEXT/train_000000.bin"
+evalrun() {  # name eval_batches
+  mpi -np 1 "$LOOM" train "${BASE[@]}" --set "data.val=$VAL_BLEND" --set train.steps=1 --set log.eval_every=1 \
+    --set log.eval_batches="$2" --set log.dir="$WORK/$1" > "$WORK/$1.out" 2>&1 || { rc=$?; cat "$WORK/$1.out"; fail "$1: exit status $rc"; }
+}
+evalrun valrep 100
+note=$(grep "loom: note: log.eval_batches=100" "$WORK/valrep.out") || { cat "$WORK/valrep.out"; fail "no note on the validation blend's repeats"; }
+echo "$note" | grep -qE "data.val is a blend whose parts give [0-9]+ distinct ones among them, so some repeat" ||
+  fail "the note does not say the blend repeats: $note"
+most=$(echo "$note" | sed -nE 's/.*set log.eval_batches to at most ([0-9]+)$/\1/p')
+[ -n "$most" ] && [ "$most" -gt 0 ] || fail "the note suggests no log.eval_batches: $note"
+evalrun valfit "$most"
+if grep -q "validation sequences" "$WORK/valfit.out"; then fail "log.eval_batches=$most, as suggested, still repeats: $(grep note "$WORK/valfit.out")"; fi
+evalrun valover $((most + 1))
+grep -q "loom: note: log.eval_batches=$((most + 1)) asks for" "$WORK/valover.out" ||
+  fail "log.eval_batches=$((most + 1)), one past the suggestion, is not said to repeat"
+echo "validation blend: at most $most global batches without a repeat"
 python3 - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]

@@ -162,6 +162,16 @@ TEST_CASE("a blend's order key and its distinct validation samples") {
   CHECK(index.distinct_in_order(60) == 35);
   // 36 positions: 27 of a (25 distinct) and 9 of b.
   CHECK(index.distinct_in_order(36) == 34);
+  // a's 26th draw is the first repeat: the longest start without one ends just before it.
+  const uint64_t free = index.repeat_free_in_order(100);
+  CHECK(index.distinct_in_order(free) == free);
+  CHECK(index.distinct_in_order(free + 1) == free);
+  // (Every prefix is within two samples of the shares: a's 26th draw lies in positions 32 to 37.)
+  CHECK(free >= 31);
+  CHECK(free <= 37);
+  CHECK(index.repeat_free_in_order(20) == 20);
+  CHECK(index.repeat_free_in_order(0) == 0);
+  CHECK(SampleIndex(one, 8).repeat_free_in_order(1000) == SampleIndex(one, 8).size());
 }
 
 TEST_CASE("a blend gives the same global batches for any layout and resumes exactly") {
