@@ -1,7 +1,9 @@
 // `loom eval SRC --data DIR`: a model's loss and perplexity on a token dataset (a `loom prep`
 // directory or any format data.train takes): the first --batches batches of the split, drawn as
 // validation batches are (a fixed, seed-independent order), so two models evaluated with the same
-// arguments see the same tokens. Under mpirun the ranks split the batches (data parallel).
+// arguments see the same tokens. `loom eval SRC --choices FILE`: its accuracy on multiple-choice
+// items (HellaSwag, MMLU in llm.c's eval files; engine/train/choice_scoring.hpp). Under mpirun
+// the ranks split the batches or the items (data parallel).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +11,8 @@
 
 #include "engine/cli/agreed_step.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/model_tokenizer.hpp"
+#include "engine/data/choice_items.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/data/sampler.hpp"
 #include "engine/data/token_dataset.hpp"
@@ -17,11 +21,14 @@
 #include "engine/model/param_table.hpp"
 #include "engine/pretrained/load_pretrained.hpp"
 #include "engine/train/cpu_threads.hpp"
+#include "engine/train/choice_scoring.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/one_rank_per_gpu.hpp"
 #include "engine/train/same_data.hpp"
+#include "engine/util/atomic_file.hpp"
 #include "engine/util/memory_room.hpp"
 #include "kernels/backend_factory.hpp"
+#include "parallel/host_collectives.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/process_groups.hpp"
 
@@ -57,6 +64,41 @@ std::string eval_memory_refusal(const GptShape& shape, int B, const Backend& be,
   return b + room.where + "; " + fix;
 }
 
+// --choices: the items (the first --limit), tokenized if they are text, each fitting T positions;
+// --items-out must be a new file (an evaluation never overwrites what is there).
+void open_choices(const EvalArgs& a, const PretrainedSource& src, int T, std::vector<ChoiceItem>& items) {
+  const int V = src.model().vocab_size;
+  std::unique_ptr<Tokenizer> tok;
+  if (!is_llmc_eval_file(a.choices)) tok = make_model_tokenizer(src, a.tokenizer, a.vocab, a.merges, "");
+  items = read_choice_items(a.choices, tok.get(), V);
+  if (a.limit > 0 && size_t(a.limit) < items.size()) items.resize(size_t(a.limit));
+  if (const std::string no = choices_fit(items, T); !no.empty()) throw std::runtime_error("--choices " + a.choices + ": " + no);
+  if (!a.items_out.empty() && std::filesystem::exists(a.items_out))
+    throw std::runtime_error("--items-out " + a.items_out + " exists: loom eval does not overwrite it (remove it, or "
+                             "name a new file)");
+}
+
+void report_choices(const EvalArgs& a, const PretrainedSource& src, int T, const std::vector<ChoiceScore>& scores,
+                    std::chrono::steady_clock::duration took) {
+  size_t right = 0, right_norm = 0, cut = 0, endings = 0;
+  for (const ChoiceScore& s : scores) {
+    right += s.pred() == s.label;
+    right_norm += s.pred_norm() == s.label;
+    cut += s.truncated > 0;
+    endings += s.loss.size();
+  }
+  const double n = double(scores.size());
+  if (!a.items_out.empty()) write_file_atomically(a.items_out, choice_scores_jsonl(scores), "--items-out");
+  char cut_note[160] = "";
+  if (cut > 0)
+    std::snprintf(cut_note, sizeof cut_note, "; %zu item(s) lost context tokens on the left to fit %d positions", cut, T);
+  std::printf("loom eval: %s on %s: %zu multiple-choice items (%.3g endings each): acc %.4f (%zu right, least total "
+              "loss), acc_norm %.4f (%zu right, least loss per token)%s%s%s (%.2f s)\n",
+              src.path().c_str(), a.choices.c_str(), scores.size(), double(endings) / n, double(right) / n, right,
+              double(right_norm) / n, right_norm, cut_note, a.items_out.empty() ? "" : "; each item in ",
+              a.items_out.c_str(), std::chrono::duration<double>(took).count());
+}
+
 }  // namespace
 
 int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
@@ -73,6 +115,8 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   int T = 0, device = 0;
   uint64_t samples = 0;  // in the split: more asked for than it holds come round again
   bool blend = false;
+  const bool choices = !a.choices.empty();
+  std::vector<ChoiceItem> items;  // --choices
   const int dp = world.size();
   // OpenMP threads: each rank's share of its node's cores unless OMP_NUM_THREADS says; before
   // anything runs OpenMP code (the data's and the model's checks). Collective on every rank.
@@ -87,6 +131,10 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
         if (T > m.seq_len)
           throw std::runtime_error("--seq-len " + std::to_string(T) + " is past the model's " +
                                    std::to_string(m.seq_len) + " positions");
+        if (choices) {
+          open_choices(a, *src, T, items);
+          return;
+        }
         if (a.batches % dp != 0)
           throw std::runtime_error("--batches " + std::to_string(a.batches) + " is not a multiple of the " +
                                    std::to_string(dp) + " ranks");
@@ -106,7 +154,8 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   // allocates the batches or the model.
   const MemoryRoom room = a.backend == "cpu" ? memory_room() : MemoryRoom{};
   // Every rank must evaluate the same tokens (same_data.hpp). Collective, then agreed.
-  const std::string differs = data_differs_from_rank0(groups->world(), "--data=" + a.data, print, "evaluation data");
+  const std::string differs =
+      choices ? "" : data_differs_from_rank0(groups->world(), "--data=" + a.data, print, "evaluation data");
   if (!agreed_step(world, "eval", [&] {
         if (!differs.empty()) throw std::runtime_error(differs);
       }))
@@ -117,13 +166,14 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
         // Memory before anything large: the batches alone hold --micro-batch x --batches sequences.
         const ModelConfig& m = src->model();
         const GptShape shape = GptShape::make(m.n_layer, m.n_head, m.d_model, m.vocab_size, T);
-        const size_t batch_bytes = size_t(a.batches / dp) * size_t(a.micro_batch) * size_t(T) * 2 * sizeof(int32_t);
+        const size_t batch_bytes =
+            choices ? 0 : size_t(a.batches / dp) * size_t(a.micro_batch) * size_t(T) * 2 * sizeof(int32_t);
         if (std::string no = eval_memory_refusal(shape, a.micro_batch, *backend, batch_bytes, groups->local_size(), room);
             !no.empty())
           throw std::runtime_error(no);
         // Rank r takes batches r, r + dp, ...: validation_batches deals them out by dp rank.
         const LoaderLayout layout{T, a.micro_batch, 1, groups->coord().dp, dp, 0};
-        batches = validation_batches(data, layout, a.batches / dp);
+        if (!choices) batches = validation_batches(data, layout, a.batches / dp);
       }))
     return 2;
   if (!agreed_step(world, "eval", [&] {
@@ -137,6 +187,11 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
       }))
     return 2;
   try {
+    if (choices) {
+      const auto scores = gather_choice_scores(groups->world(), score_choices(*model, items, world.rank(), dp));
+      if (lead) report_choices(a, *src, T, scores, std::chrono::steady_clock::now() - t0);
+      return 0;
+    }
     const double loss = evaluate(*model, *groups, batches, 1);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (lead) {

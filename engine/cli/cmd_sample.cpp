@@ -49,21 +49,6 @@ std::vector<int32_t> parse_ids(const std::string& list, int V) {
   return ids;
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const SampleArgs& a, const PretrainedSource& src) {
-  ModelTokenizer t = model_tokenizer(src);
-  if (!a.vocab.empty() || !a.merges.empty()) t = {"gpt2", a.vocab, a.merges};
-  if (!a.tokenizer.empty() && a.tokenizer != t.kind) t = {a.tokenizer, a.vocab, a.merges};
-  if (t.kind == "byte") return make_byte_tokenizer();
-  if (t.kind == "gpt2") {
-    if (t.vocab.empty() || t.merges.empty())
-      throw std::runtime_error("the GPT-2 tokenizer needs --vocab vocab.json and --merges merges.txt "
-                               "(scripts/fetch_gpt2_tokenizer.sh installs them)");
-    return make_gpt2_tokenizer(t.vocab, t.merges);
-  }
-  throw std::runtime_error(src.path() + ": cannot tell which tokenizer the model uses: give --tokenizer byte, or "
-                           "--vocab and --merges for GPT-2 BPE (or use --prompt-tokens)");
-}
-
 // Before any work: `path` can be written (a file, or a new name in a directory that exists and
 // can be written to), so that a long sampling does not end in an error at its last step.
 void check_writable_file(const std::string& path, const char* option) {
@@ -111,7 +96,7 @@ int cmd_sample(const SampleArgs& a, int* argc, char*** argv) {
         if (!a.prompt_tokens.empty()) {
           prompt = parse_ids(a.prompt_tokens, m.vocab_size);
         } else {
-          tok = make_tokenizer(a, *src);
+          tok = make_model_tokenizer(*src, a.tokenizer, a.vocab, a.merges, "--prompt-tokens");
           if (tok->vocab_size() > m.vocab_size)
             throw std::runtime_error("the tokenizer has " + std::to_string(tok->vocab_size()) + " tokens, the model " +
                                      std::to_string(m.vocab_size));

@@ -65,6 +65,10 @@ struct SampleArgs {
 int cmd_sample(const SampleArgs& a, int* argc, char*** argv);
 struct EvalArgs {
   std::string src, data;
+  std::string choices;        // multiple-choice items instead of data (choice_items.hpp)
+  std::string items_out;      // choices: per-item JSON lines
+  int64_t limit = 0;          // choices: the first N items (0: all)
+  std::string tokenizer, vocab, merges;  // choices in JSON lines: as loom sample's
   std::string base;           // a LoRA checkpoint's frozen base, if not at its model.base any more
   std::string split = "val";  // val | train
   int batches = 8, micro_batch = 4;

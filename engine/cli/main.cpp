@@ -143,9 +143,22 @@ int main(int argc, char** argv) {
   sample->add_option("--logits-out", sample_args.logits_out, "write the prompt positions' logits (n x V float32) here");
 
   EvalArgs eval_args;
-  CLI::App* eval = app.add_subcommand("eval", "a model's loss and perplexity on a token dataset (under mpirun: split over the ranks)");
+  CLI::App* eval = app.add_subcommand(
+      "eval", "a model's loss and perplexity on a token dataset, or its accuracy on multiple-choice items such as "
+              "HellaSwag (under mpirun: split over the ranks)");
   eval->add_option("src", eval_args.src, "a Loom checkpoint or checkpoint.dir, an HF GPT-2 directory, an llm.c .bin")->required();
-  eval->add_option("--data", eval_args.data, "a `loom prep` directory (or token files data.train accepts)")->required();
+  CLI::Option* eval_data =
+      eval->add_option("--data", eval_args.data, "a `loom prep` directory (or token files data.train accepts)");
+  eval->add_option("--choices", eval_args.choices,
+                   "multiple-choice items instead of --data: HellaSwag's JSON lines, or an llm.c eval file "
+                   "(hellaswag_val.bin, mmlu_val.bin); reports acc and acc_norm")
+      ->excludes(eval_data);
+  eval->add_option("--items-out", eval_args.items_out, "--choices: each item's losses and predictions as JSON lines (a new file)");
+  eval->add_option("--limit", eval_args.limit, "--choices: only the first N items (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  eval->add_option("--tokenizer", eval_args.tokenizer, "--choices with JSON lines: byte or gpt2 (default: the model's)")
+      ->check(CLI::IsMember({"byte", "gpt2"}));
+  eval->add_option("--vocab", eval_args.vocab, "--choices with JSON lines: GPT-2 vocab.json");
+  eval->add_option("--merges", eval_args.merges, "--choices with JSON lines: GPT-2 merges.txt");
   eval->add_option("--base", eval_args.base, kLoraBaseHelp);
   eval->add_option("--split", eval_args.split, "which split")->check(CLI::IsMember({"val", "train"}))->capture_default_str();
   eval->add_option("--batches", eval_args.batches, "batches of --micro-batch sequences")->capture_default_str()->check(kCount1);
@@ -244,7 +257,14 @@ int main(int argc, char** argv) {
   if (*prep) return cmd_prep(prep_opts);
   if (*comm) return cmd_bench_comm(comm_args, &argc, &argv);
   if (*inspect) return cmd_ckpt_inspect(ckpt_dir, &argc, &argv);
-  if (*eval) return cmd_eval(eval_args, &argc, &argv);
+  if (*eval) {
+    if (eval_args.data.empty() && eval_args.choices.empty()) {
+      if (loom::parallel::launcher_rank() == 0)
+        std::fprintf(stderr, "loom eval: --data (a token dataset) or --choices (multiple-choice items) is required\n");
+      return 2;
+    }
+    return cmd_eval(eval_args, &argc, &argv);
+  }
   if (*sample) return cmd_sample(sample_args, &argc, &argv);
   if (*import) return cmd_import(import_args, &argc, &argv);
   if (*exp) return cmd_export(export_args, &argc, &argv);

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <yaml-cpp/yaml.h>
 
 namespace loom::cli {
@@ -39,6 +40,23 @@ ModelTokenizer model_tokenizer(const PretrainedSource& src) {
   }
   if (t.kind.empty() && src.model().vocab_size == 257) t.kind = "byte";
   return t;
+}
+
+std::unique_ptr<Tokenizer> make_model_tokenizer(const PretrainedSource& src, const std::string& kind,
+                                                const std::string& vocab, const std::string& merges,
+                                                const std::string& or_else) {
+  ModelTokenizer t = model_tokenizer(src);
+  if (!vocab.empty() || !merges.empty()) t = {"gpt2", vocab, merges};
+  if (!kind.empty() && kind != t.kind) t = {kind, vocab, merges};
+  if (t.kind == "byte") return make_byte_tokenizer();
+  if (t.kind == "gpt2") {
+    if (t.vocab.empty() || t.merges.empty())
+      throw std::runtime_error("the GPT-2 tokenizer needs --vocab vocab.json and --merges merges.txt "
+                               "(scripts/fetch_gpt2_tokenizer.sh installs them)");
+    return make_gpt2_tokenizer(t.vocab, t.merges);
+  }
+  throw std::runtime_error(src.path() + ": cannot tell which tokenizer the model uses: give --tokenizer byte, or "
+                           "--vocab and --merges for GPT-2 BPE" + (or_else.empty() ? "" : " (or use " + or_else + ")"));
 }
 
 }  // namespace loom::cli

@@ -382,4 +382,11 @@ std::vector<float> Gpt::logits() const {
   return out;
 }
 
+std::vector<float> Gpt::position_losses() const {
+  if (!stage_.last) throw std::logic_error("Gpt::position_losses: only on the last stage");
+  std::vector<float> out(size_t(B_) * shape_.seq_len);  // losses stay fp32 in every precision
+  be_.download(out.data(), losses_, out.size());
+  return out;
+}
+
 }  // namespace loom

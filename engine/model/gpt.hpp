@@ -143,6 +143,9 @@ class Gpt {
   // This rank's logits (B,T,Vp/tp) of the last forward of slot 0 with dloss == 0 (last stage),
   // widened to fp32.
   std::vector<float> logits() const;
+  // The loss at each of the B*T positions of the last forward (last stage): the cross-entropy of
+  // its target, in nats (multiple-choice evaluation scores the positions of each ending).
+  std::vector<float> position_losses() const;
 
   // Bytes of activation memory held for all slots.
   size_t activation_bytes() const { return act_bytes_; }

@@ -1,0 +1,45 @@
+#pragma once
+// Multiple-choice evaluation, completion style (llm.c's and nanoGPT's HellaSwag): each ending is
+// appended to the context and the model's cross-entropy summed over the ending's tokens; the
+// prediction is the ending of the least total loss (acc) or of the least mean loss per token
+// (acc_norm, the figure llm.c and nanoGPT report). A row longer than seq_len loses context
+// tokens from the left (the ending is always whole), as lm-evaluation-harness truncates.
+// Forward only, on a model of tp = pp = 1; the ranks of a data-parallel evaluation each score
+// their own items (item i goes to rank i % ranks), and gather_choice_scores collects them.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/choice_items.hpp"
+#include "engine/model/gpt.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+namespace loom {
+
+struct ChoiceScore {
+  int64_t item = 0;          // its place in the file, from 0
+  int64_t index = 0;         // the number the file gives it (llm.c's <EXAMPLE_INDEX>)
+  int label = 0;
+  std::vector<double> loss;  // per ending: its tokens' summed cross-entropy, nats
+  std::vector<int> tokens;   // per ending: how many tokens were scored (the ending's length)
+  int truncated = 0;         // context tokens dropped to fit seq_len (the most over the endings)
+  int pred() const;          // the ending of the least summed loss (the first, on a tie)
+  int pred_norm() const;     // the ending of the least mean loss per token
+};
+
+// "" when every item's endings fit seq_len with at least one context token before them, else
+// the first that does not, named.
+std::string choices_fit(const std::vector<ChoiceItem>& items, int seq_len);
+
+// This rank's items (i % ranks == rank), scored micro-batch by micro-batch of the model's B rows.
+std::vector<ChoiceScore> score_choices(Gpt& model, const std::vector<ChoiceItem>& items, int rank, int ranks);
+
+// Every rank's scores on `root`, in item order (other ranks get an empty vector). Collective.
+std::vector<ChoiceScore> gather_choice_scores(parallel::MpiCommunicator& comm, const std::vector<ChoiceScore>& mine,
+                                              int root = 0);
+
+// One JSON line per item: {"item", "index", "label", "pred", "pred_norm", "loss": [...], "tokens": [...],
+// "truncated"}, for looking at what the model got wrong.
+std::string choice_scores_jsonl(const std::vector<ChoiceScore>& scores);
+
+}  // namespace loom
