@@ -188,7 +188,7 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
     return 2;
   try {
     if (choices) {
-      const auto scores = gather_choice_scores(groups->world(), score_choices(*model, items, world.rank(), dp));
+      const auto scores = gather_choice_scores(groups->world(), score_choices(*model, *groups, items));
       if (lead) report_choices(a, *src, T, scores, std::chrono::steady_clock::now() - t0);
       return 0;
     }

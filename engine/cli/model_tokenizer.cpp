@@ -11,19 +11,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The tokenizer recorded by the `loom prep` directory a Loom checkpoint's run trained on.
+// The tokenizer recorded by the `loom prep` directory (or blend of them) a Loom checkpoint's run
+// trained on.
 ModelTokenizer from_checkpoint_run(const std::string& ckpt) {
   try {
     const nlohmann::json man = nlohmann::json::parse(std::ifstream(fs::path(ckpt) / "manifest.json"));
     const YAML::Node recipe = YAML::Load(man.at("recipe").get<std::string>());
-    const std::string train = recipe["data"]["train"].as<std::string>("");
-    std::ifstream in(fs::path(train) / "manifest.json");
-    if (!in) return {};
-    const nlohmann::json data = nlohmann::json::parse(in);
-    const std::string kind = data.value("tokenizer", "");
-    if (kind == "byte") return {"byte", "", ""};
-    if (kind == "gpt2" && data.contains("tokenizer_files"))
-      return {"gpt2", data["tokenizer_files"].value("vocab", ""), data["tokenizer_files"].value("merges", "")};
+    return dataset_tokenizer(recipe["data"]["train"].as<std::string>(""));
   } catch (const std::exception&) {
   }
   return {};
@@ -48,13 +42,7 @@ std::unique_ptr<Tokenizer> make_model_tokenizer(const PretrainedSource& src, con
   ModelTokenizer t = model_tokenizer(src);
   if (!vocab.empty() || !merges.empty()) t = {"gpt2", vocab, merges};
   if (!kind.empty() && kind != t.kind) t = {kind, vocab, merges};
-  if (t.kind == "byte") return make_byte_tokenizer();
-  if (t.kind == "gpt2") {
-    if (t.vocab.empty() || t.merges.empty())
-      throw std::runtime_error("the GPT-2 tokenizer needs --vocab vocab.json and --merges merges.txt "
-                               "(scripts/fetch_gpt2_tokenizer.sh installs them)");
-    return make_gpt2_tokenizer(t.vocab, t.merges);
-  }
+  if (t.kind == "byte" || t.kind == "gpt2") return make_tokenizer(t);
   throw std::runtime_error(src.path() + ": cannot tell which tokenizer the model uses: give --tokenizer byte, or "
                            "--vocab and --merges for GPT-2 BPE" + (or_else.empty() ? "" : " (or use " + or_else + ")"));
 }

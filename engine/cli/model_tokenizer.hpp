@@ -4,16 +4,13 @@
 #include <memory>
 #include <string>
 
+#include "engine/data/dataset_tokenizer.hpp"
 #include "engine/data/tokenizer.hpp"
-
 #include "engine/pretrained/pretrained_source.hpp"
 
 namespace loom::cli {
 
-struct ModelTokenizer {
-  std::string kind;           // "gpt2" | "byte" | "" (unknown)
-  std::string vocab, merges;  // gpt2: vocab.json and merges.txt
-};
+using ModelTokenizer = TokenizerSpec;  // kind gpt2 | byte | "" (unknown), and GPT-2's files
 
 // A Loom checkpoint: the tokenizer of its run's data.train (a `loom prep` directory's manifest);
 // a Hugging Face directory: its vocab.json + merges.txt if present; otherwise a 257-token

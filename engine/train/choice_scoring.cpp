@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "parallel/communicator.hpp"
 #include "parallel/host_collectives.hpp"
 
 namespace loom {
@@ -41,11 +42,19 @@ std::string choices_fit(const std::vector<ChoiceItem>& items, int seq_len) {
   return "";
 }
 
-std::vector<ChoiceScore> score_choices(Gpt& model, const std::vector<ChoiceItem>& items, int rank, int ranks) {
+std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& groups, const std::vector<ChoiceItem>& items) {
   const int B = model.micro_batch(), T = model.shape().seq_len;
+  const int dp = groups.layout().dp, mine = groups.coord().dp;
+  const StageSpec& st = model.stage();
+  // Every dp rank runs as many forwards as the busiest one (a ZeRO-3 unit's gather is collective
+  // over dp): its own rows, then rows of padding.
+  std::vector<size_t> rows_of(size_t(dp), 0);
+  for (size_t i = 0; i < items.size(); ++i) rows_of[i % size_t(dp)] += items[i].endings.size();
+  const size_t forwards = (*std::max_element(rows_of.begin(), rows_of.end()) + size_t(B) - 1) / size_t(B);
   std::vector<ChoiceScore> out;
   std::vector<Row> rows;
-  for (size_t i = size_t(rank); i < items.size(); i += size_t(ranks)) {
+  std::vector<size_t> item_of;  // out[k] scores items[item_of[k]]
+  for (size_t i = size_t(mine); i < items.size(); i += size_t(dp)) {
     const ChoiceItem& it = items[i];
     ChoiceScore s;
     s.item = int64_t(i);
@@ -62,17 +71,19 @@ std::vector<ChoiceScore> score_choices(Gpt& model, const std::vector<ChoiceItem>
       s.truncated = std::max(s.truncated, dropped);
     }
     out.push_back(std::move(s));
+    item_of.push_back(i);
   }
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
-  std::vector<size_t> mine_of(out.size());  // out[k] is items[rank + k * ranks]
-  for (size_t k = 0; k < out.size(); ++k) mine_of[k] = size_t(rank) + k * size_t(ranks);
-  for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(B)) {
+  const size_t elems = size_t(B) * T * model.shape().d_model;
+  parallel::Communicator& pp = groups.device_pp();  // activations: device buffers on CUDA
+  for (size_t f = 0; f < forwards; ++f) {
+    const size_t r0 = f * size_t(B);
+    const size_t nrows = r0 < rows.size() ? std::min(size_t(B), rows.size() - r0) : 0;
     std::fill(tokens.begin(), tokens.end(), 0);
     std::fill(targets.begin(), targets.end(), 0);
-    const size_t nrows = std::min(size_t(B), rows.size() - r0);
     for (size_t b = 0; b < nrows; ++b) {
       const Row& row = rows[r0 + b];
-      const ChoiceItem& it = items[mine_of[row.item]];
+      const ChoiceItem& it = items[item_of[row.item]];
       // The window: context (less its first `dropped` tokens) then the ending.
       std::vector<int32_t> w(it.context.begin() + row.dropped, it.context.end());
       w.insert(w.end(), it.endings[row.ending].begin(), it.endings[row.ending].end());
@@ -81,7 +92,12 @@ std::vector<ChoiceScore> score_choices(Gpt& model, const std::vector<ChoiceItem>
       std::copy(w.begin(), w.end(), tk);
       for (size_t t = 0; t + 1 < w.size(); ++t) tg[t] = w[t + 1];
     }
-    model.forward(tokens.data(), targets.data(), 0.0f);
+    if (!st.first) pp.recv(model.input(0), elems, pp.rank() - 1, 22);
+    model.forward(0, tokens.data(), targets.data(), 0.0f);
+    if (!st.last) {
+      pp.send(model.output(0), elems, pp.rank() + 1, 22);
+      continue;
+    }
     const std::vector<float> loss = model.position_losses();
     for (size_t b = 0; b < nrows; ++b) {
       const Row& row = rows[r0 + b];
@@ -90,6 +106,8 @@ std::vector<ChoiceScore> score_choices(Gpt& model, const std::vector<ChoiceItem>
       out[row.item].loss[row.ending] = sum;
     }
   }
+  // One rank of each dp share reports it: the last stage's first tp rank.
+  if (!st.last || groups.coord().tp != 0) out.clear();
   return out;
 }
 

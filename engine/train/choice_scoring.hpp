@@ -4,8 +4,8 @@
 // prediction is the ending of the least total loss (acc) or of the least mean loss per token
 // (acc_norm, the figure llm.c and nanoGPT report). A row longer than seq_len loses context
 // tokens from the left (the ending is always whole), as lm-evaluation-harness truncates.
-// Forward only, on a model of tp = pp = 1; the ranks of a data-parallel evaluation each score
-// their own items (item i goes to rank i % ranks), and gather_choice_scores collects them.
+// Forward only; the data-parallel ranks each score their own items, and gather_choice_scores
+// collects them.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +13,7 @@
 #include "engine/data/choice_items.hpp"
 #include "engine/model/gpt.hpp"
 #include "parallel/mpi_communicator.hpp"
+#include "parallel/process_groups.hpp"
 
 namespace loom {
 
@@ -31,8 +32,11 @@ struct ChoiceScore {
 // the first that does not, named.
 std::string choices_fit(const std::vector<ChoiceItem>& items, int seq_len);
 
-// This rank's items (i % ranks == rank), scored micro-batch by micro-batch of the model's B rows.
-std::vector<ChoiceScore> score_choices(Gpt& model, const std::vector<ChoiceItem>& items, int rank, int ranks);
+// The items of this rank's dp share (item i to dp rank i % dp), scored micro-batch by
+// micro-batch of the model's B rows, the pipeline stages passing activations on as evaluate()
+// does, in any layout (tp, pp, ZeRO). Collective over the world, with the same items on every
+// rank. Returns the scores on the last stage's first tp rank of each dp share, none elsewhere.
+std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& groups, const std::vector<ChoiceItem>& items);
 
 // Every rank's scores on `root`, in item order (other ranks get an empty vector). Collective.
 std::vector<ChoiceScore> gather_choice_scores(parallel::MpiCommunicator& comm, const std::vector<ChoiceScore>& mine,
