@@ -108,6 +108,8 @@ struct LogConfig {
   int64_t every = 10;
   int64_t eval_every = 0;  // 0: no validation loss
   int eval_batches = 4;
+  std::string choices;       // multiple-choice items scored at every evaluation ("": none)
+  int64_t choices_limit = 0; // the first N of them (0: all)
   bool tensorboard = true;   // TensorBoard event files in log.dir
   bool trace = false;        // Chrome trace per rank of log.trace_steps steps
   int64_t trace_steps = 3;   // traced steps, from the second step of the session

@@ -10,15 +10,16 @@
 namespace loom {
 namespace {
 
-std::string read_whole(const std::string& path) {
+std::string read_whole(const std::string& path, const std::string& key) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("--choices " + path + ": cannot be read: " + std::strerror(errno));
+  if (!f) throw std::runtime_error(key + " " + path + ": cannot be read: " + std::strerror(errno));
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // The checks both forms share; `where` names the example ("example 17", "line 3").
-void check_item(const ChoiceItem& it, int vocab_size, const std::string& path, const std::string& where) {
-  auto bad = [&](const std::string& what) { throw std::runtime_error("--choices " + path + ": " + where + ": " + what); };
+void check_item(const ChoiceItem& it, int vocab_size, const std::string& path, const std::string& key,
+                const std::string& where) {
+  auto bad = [&](const std::string& what) { throw std::runtime_error(key + " " + path + ": " + where + ": " + what); };
   if (it.endings.size() < 2) bad(std::to_string(it.endings.size()) + " ending(s); a choice needs at least 2");
   if (it.label < 0 || size_t(it.label) >= it.endings.size())
     bad("label " + std::to_string(it.label) + " names no ending (it has " + std::to_string(it.endings.size()) + ")");
@@ -34,8 +35,9 @@ void check_item(const ChoiceItem& it, int vocab_size, const std::string& path, c
   for (size_t e = 0; e < it.endings.size(); ++e) check_tokens(it.endings[e], "ending " + std::to_string(e));
 }
 
-std::vector<ChoiceItem> read_llmc(const std::string& path, const std::string& blob, int vocab_size) {
-  auto bad = [&](const std::string& what) { throw std::runtime_error("--choices " + path + ": " + what); };
+std::vector<ChoiceItem> read_llmc(const std::string& path, const std::string& key, const std::string& blob,
+                                  int vocab_size) {
+  auto bad = [&](const std::string& what) { throw std::runtime_error(key + " " + path + ": " + what); };
   if (blob.size() < 256 * 4) bad("shorter than llm.c's 1024-byte eval header");
   int32_t h[4];
   std::memcpy(h, blob.data(), sizeof h);
@@ -75,7 +77,7 @@ std::vector<ChoiceItem> read_llmc(const std::string& path, const std::string& bl
     for (auto& e : it.endings) take(e);
     if (p != start + bytes / 2) bad(where + ": " + std::to_string(2 * (start + bytes / 2 - p)) +
                                     " bytes past its endings inside its <EXAMPLE_BYTES>");
-    check_item(it, vocab_size, path, where);
+    check_item(it, vocab_size, path, key, where);
     items.push_back(std::move(it));
   }
   if (p != words) bad(std::to_string(2 * (words - p)) + " bytes after the " + std::to_string(h[2]) +
@@ -83,8 +85,8 @@ std::vector<ChoiceItem> read_llmc(const std::string& path, const std::string& bl
   return items;
 }
 
-std::vector<ChoiceItem> read_jsonl(const std::string& path, const std::string& text, const Tokenizer* tok,
-                                   int vocab_size) {
+std::vector<ChoiceItem> read_jsonl(const std::string& path, const std::string& key, const std::string& text,
+                                   const Tokenizer* tok, int vocab_size) {
   std::vector<ChoiceItem> items;
   std::istringstream in(text);
   std::string line;
@@ -98,7 +100,7 @@ std::vector<ChoiceItem> read_jsonl(const std::string& path, const std::string& t
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "line " + std::to_string(lineno);
-    auto bad = [&](const std::string& what) { throw std::runtime_error("--choices " + path + ": " + where + ": " + what); };
+    auto bad = [&](const std::string& what) { throw std::runtime_error(key + " " + path + ": " + where + ": " + what); };
     if (!tok) bad("JSON lines need the model's tokenizer: give --tokenizer byte, or --vocab and --merges for GPT-2 BPE");
     nlohmann::json j;
     try {
@@ -127,10 +129,10 @@ std::vector<ChoiceItem> read_jsonl(const std::string& path, const std::string& t
       ending += e.get_ref<const std::string&>();
       it.endings.push_back(tokens(ending));
     }
-    check_item(it, vocab_size, path, where);
+    check_item(it, vocab_size, path, key, where);
     items.push_back(std::move(it));
   }
-  if (items.empty()) throw std::runtime_error("--choices " + path + ": holds no example");
+  if (items.empty()) throw std::runtime_error(key + " " + path + ": holds no example");
   return items;
 }
 
@@ -142,14 +144,15 @@ bool is_llmc_eval_file(const std::string& path) {
   return f.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kLlmcEvalMagic;
 }
 
-std::vector<ChoiceItem> read_choice_items(const std::string& path, const Tokenizer* tok, int vocab_size) {
-  const std::string blob = read_whole(path);
+std::vector<ChoiceItem> read_choice_items(const std::string& path, const Tokenizer* tok, int vocab_size,
+                                          const std::string& key) {
+  const std::string blob = read_whole(path, key);
   int32_t magic = 0;
   if (blob.size() >= 4) std::memcpy(&magic, blob.data(), 4);
-  if (magic == kLlmcEvalMagic) return read_llmc(path, blob, vocab_size);
+  if (magic == kLlmcEvalMagic) return read_llmc(path, key, blob, vocab_size);
   if (blob.find_first_not_of(" \t\r\n") != std::string::npos && blob[blob.find_first_not_of(" \t\r\n")] == '{')
-    return read_jsonl(path, blob, tok, vocab_size);
-  throw std::runtime_error("--choices " + path + ": neither an llm.c eval file (magic " + std::to_string(kLlmcEvalMagic) +
+    return read_jsonl(path, key, blob, tok, vocab_size);
+  throw std::runtime_error(key + " " + path + ": neither an llm.c eval file (magic " + std::to_string(kLlmcEvalMagic) +
                            ") nor HellaSwag JSON lines");
 }
 

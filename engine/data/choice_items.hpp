@@ -30,7 +30,8 @@ bool is_llmc_eval_file(const std::string& path);
 
 // Every item of `path`: an llm.c eval file, or JSON lines tokenized by `tok` (null: the error
 // says a tokenizer is needed). Each token must be below `vocab_size`, the label must name an
-// ending, every ending and the context must be non-empty.
-std::vector<ChoiceItem> read_choice_items(const std::string& path, const Tokenizer* tok, int vocab_size);
+// ending, every ending and the context must be non-empty. Errors start "`key` PATH: ".
+std::vector<ChoiceItem> read_choice_items(const std::string& path, const Tokenizer* tok, int vocab_size,
+                                          const std::string& key = "--choices");
 
 }  // namespace loom

@@ -38,7 +38,7 @@ std::string choices_fit(const std::vector<ChoiceItem>& items, int seq_len) {
       if (it.endings[e].size() + 1 > size_t(seq_len))
         return "example " + std::to_string(it.index) + ": ending " + std::to_string(e) + " has " +
                std::to_string(it.endings[e].size()) + " tokens, which with one context token before it do not fit " +
-               std::to_string(seq_len) + " positions (--seq-len, or the model's)";
+               std::to_string(seq_len) + " positions";
   return "";
 }
 

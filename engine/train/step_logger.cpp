@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,10 +23,11 @@ void add_comm_fields(const parallel::CommVolume& v, std::vector<std::pair<std::s
   fields.emplace_back("comm_wire_mb", double(v.total_wire()) / 1e6);
 }
 
-// loss/loss, loss/val_loss, comm/<what> for comm_<what>_mb, perf/<key> for the rest (comm_wait_ms,
+// loss/loss, loss/val_loss, eval/choice_acc(_norm), comm/<what> for comm_<what>_mb, perf/<key> for the rest (comm_wait_ms,
 // grad_reduce_ms and grad_reduce_hidden included).
 std::string tensorboard_tag(const std::string& key) {
   if (key == "loss" || key == "val_loss") return "loss/" + key;
+  if (key.rfind("choice_", 0) == 0) return "eval/" + key;
   if (key.rfind("comm_", 0) == 0 && key != "comm_wait_ms") return "comm/" + key.substr(5);
   if (key == "b_simple" || key == "grad_norm_small") return "noise/" + key;
   if (key == "global_batch") return "batch/" + key;
@@ -48,6 +50,7 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
   std::vector<std::pair<std::string, double>> fields = {
       {"step", double(s.step)}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm}};
   if (s.val_loss >= 0) fields.emplace_back("val_loss", s.val_loss);
+  if (s.choice_acc >= 0) fields.insert(fields.end(), {{"choice_acc", s.choice_acc}, {"choice_acc_norm", s.choice_acc_norm}});
   fields.insert(fields.end(), {{"tokens_per_s", tok_s},
                                {"mfu", mfu},
                                {"step_ms", s.step_s * 1e3},
@@ -92,10 +95,12 @@ void StepLogger::log(const StepRecord& s, const RankHealth& h) {
     eta_s = rate > 0 ? std::max(0.0, 1 - s.budget_done) / rate : 0;
     std::snprintf(of, sizeof of, " (%.1f%%, batch %lld)", 100 * s.budget_done, (long long)s.global_batch);
   }
-  char val[32] = "", eta[32], reduce[64] = "", noise[48] = "";
+  char val[64] = "", eta[32], reduce[64] = "", noise[48] = "";
   if (s.b_simple >= 0) std::snprintf(noise, sizeof noise, " | B_simple %.0f", s.b_simple);
   if (timed) std::snprintf(reduce, sizeof reduce, " of %.1f ms reduction (%.0f%% hidden)", s.grad_reduce_s * 1e3, 100 * hidden);
   if (s.val_loss >= 0) std::snprintf(val, sizeof val, " | val %.4f", s.val_loss);
+  if (s.choice_acc_norm >= 0)
+    std::snprintf(val + std::strlen(val), sizeof val - std::strlen(val), " | acc_norm %.4f", s.choice_acc_norm);
   if (eta_s >= 3600)
     std::snprintf(eta, sizeof eta, "%dh%02dm", int(eta_s / 3600), int(eta_s / 60) % 60);
   else

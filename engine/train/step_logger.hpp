@@ -33,6 +33,7 @@ struct StepRecord {
   double b_simple = -1;         // the smoothed noise scale, in sequences (< 0: not yet defined)
   int64_t global_batch = 0;     // train.batch_policy goodput: this step's batch (0: the fixed one, not logged)
   double budget_done = -1;      // goodput: the fraction of the run's budget trained after this step
+  double choice_acc = -1, choice_acc_norm = -1;  // log.choices' accuracy at this step (< 0: not scored)
 };
 
 // What the logger derives throughput and the ETA from.

@@ -230,13 +230,19 @@ TrainSummary Trainer::run() {
       rec.grad_norm_small = std::sqrt(res.small_sq);
       rec.b_simple = noise_.b_simple();
     }
-    if (!val_batches_.empty() && !guard.too_many_bad() && due(r_.log.eval_every, done, last)) {
+    const bool eval_due = !guard.too_many_bad() && due(r_.log.eval_every, done, last);  // the same on every rank
+    if (!val_batches_.empty() && eval_due) {
       TraceRecorder::Span span(&trace_, "evaluation", "compute");
       rec.val_loss = summary.final_val_loss = evaluate(*model_, groups_, val_batches_, layout_.micro_steps);
     }
+    if (!choice_items_.empty() && eval_due) {
+      TraceRecorder::Span span(&trace_, "choices", "compute");
+      score_choice_items(rec);
+    }
     if (!res.skipped) summary.final_loss = res.loss;
     summary.steps = steps_done_ = done;
-    if (step % r_.log.every == 0 || last || rec.val_loss >= 0 || res.skipped) {  // the same on every rank
+    if (step % r_.log.every == 0 || last || rec.val_loss >= 0 || (!choice_items_.empty() && eval_due) ||
+        res.skipped) {  // the same on every rank
       const RankHealth health = reports_->gather_health(dt);
       rec.data_wait_s = train_data_->wait_seconds() - last_wait;
       if (logger_ && log_error_.empty()) {

@@ -20,6 +20,7 @@
 
 #include "engine/checkpoint/checkpointer.hpp"
 #include "engine/config/recipe.hpp"
+#include "engine/data/choice_items.hpp"
 #include "engine/data/data_loader.hpp"
 #include "engine/metrics/run_record.hpp"
 #include "engine/metrics/trace_recorder.hpp"
@@ -81,6 +82,12 @@ class Trainer {
   // fingerprints to `train_print`, `val_print`: tokens 0 without data.val), the validation
   // batches made; then, once resumed_ and data_now_ are set, where the stream starts.
   TokenDataset open_data(DataFingerprint* train_print, DataFingerprint* val_print);
+  // log.choices' items (the first log.choices_limit), tokenized with data.train's tokenizer when
+  // they are text, each fitting seq_len.
+  std::vector<ChoiceItem> open_choices() const;
+  // Scores them with the model as it is (collective over the world); rank 0 puts the accuracy
+  // into `rec`.
+  void score_choice_items(StepRecord& rec);
   LoaderState resume_position();
   // "" when log.eval_batches global batches fit in data.val's `distinct` sequences, else the note.
   std::string validation_repeat_note(uint64_t distinct, uint64_t repeat_free, bool blend) const;
@@ -127,6 +134,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_data_;
   std::vector<StepBatch> val_batches_;
   std::string val_repeat_note_;  // the evaluation asks for more sequences than data.val holds
+  std::vector<ChoiceItem> choice_items_;  // log.choices, scored at every evaluation
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<DistributedOptimizer> optim_;
   std::unique_ptr<TrainStep> step_;

@@ -1,11 +1,13 @@
 // The Trainer's data: the datasets opened and checked before anything else is allocated (the
-// same training and validation tokens on every rank), and where a resumed run's stream starts
-// (resume_data.hpp has the rules).
+// same training and validation tokens on every rank), log.choices' items, and where a resumed
+// run's stream starts (resume_data.hpp has the rules).
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "engine/data/dataset_tokenizer.hpp"
+#include "engine/train/choice_scoring.hpp"
 #include "engine/train/same_data.hpp"
 #include "engine/train/trainer.hpp"
 #include "parallel/mpi_world.hpp"
@@ -18,6 +20,7 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
   const auto& m = r_.model;
   TokenDataset train;
   parallel::agreed(groups_.world(), [&] {
+    if (!r_.log.choices.empty()) choice_items_ = open_choices();
     train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
     *train_print = validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
     if (!r_.data.val.empty()) {
@@ -47,6 +50,38 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
     if (!differs.empty()) throw std::runtime_error(differs);
   });
   return train;
+}
+
+std::vector<ChoiceItem> Trainer::open_choices() const {
+  const std::string& path = r_.log.choices;
+  std::unique_ptr<Tokenizer> tok;
+  if (!is_llmc_eval_file(path)) {
+    const TokenizerSpec t = dataset_tokenizer(r_.data.train);
+    if (t.kind.empty())
+      throw std::runtime_error("log.choices " + path + " is not an llm.c eval file, so it is text to tokenize, and "
+                               "data.train=" + r_.data.train + " records no tokenizer (it is no loom prep "
+                               "directory): give llm.c's eval file (tokenized already), or train on data made by "
+                               "loom prep");
+    tok = make_tokenizer(t);
+  }
+  std::vector<ChoiceItem> items = read_choice_items(path, tok.get(), r_.model.vocab_size, "log.choices");
+  if (r_.log.choices_limit > 0 && size_t(r_.log.choices_limit) < items.size()) items.resize(size_t(r_.log.choices_limit));
+  if (const std::string no = choices_fit(items, r_.model.seq_len); !no.empty())
+    throw std::runtime_error("log.choices " + path + ": " + no + " (model.seq_len)");
+  return items;
+}
+
+void Trainer::score_choice_items(StepRecord& rec) {
+  const std::vector<ChoiceScore> scores =
+      gather_choice_scores(groups_.world(), score_choices(*model_, groups_, choice_items_));
+  if (scores.empty()) return;  // not rank 0
+  size_t right = 0, right_norm = 0;
+  for (const ChoiceScore& c : scores) {
+    right += c.pred() == c.label;
+    right_norm += c.pred_norm() == c.label;
+  }
+  rec.choice_acc = double(right) / double(scores.size());
+  rec.choice_acc_norm = double(right_norm) / double(scores.size());
 }
 
 std::string Trainer::validation_repeat_note(uint64_t distinct, uint64_t repeat_free, bool blend) const {

@@ -62,6 +62,21 @@ void Trainer::print_header() const {
   if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
   if (!cpu_threads_note_.empty()) std::printf("%s\n", cpu_threads_note_.c_str());
   if (!val_repeat_note_.empty()) std::printf("%s\n", val_repeat_note_.c_str());
+  if (!choice_items_.empty()) {
+    size_t endings = 0, cut = 0;
+    for (const ChoiceItem& it : choice_items_) {
+      endings += it.endings.size();
+      for (const auto& e : it.endings)
+        if (it.context.size() + e.size() > size_t(r_.model.seq_len)) {
+          ++cut;
+          break;
+        }
+    }
+    std::printf("loom: log.choices: %zu multiple-choice items from %s (%zu forward rows of %d tokens), scored every "
+                "%lld steps and at the end as choice_acc and choice_acc_norm%s\n",
+                choice_items_.size(), r_.log.choices.c_str(), endings, r_.model.seq_len, (long long)r_.log.eval_every,
+                cut ? (" (" + std::to_string(cut) + " of them lose context tokens on the left to fit)").c_str() : "");
+  }
   std::printf("loom: learning rate: %s\n", describe(schedule_).c_str());
   // A schedule whose warmup outlasts the run never reaches optim.lr and never decays (Megatron
   // refuses it; a short test run of a longer recipe is a fair reason to do it, so a note). Under

@@ -133,5 +133,5 @@ sed 's/"label": [0-9]/"label": 7/' items.jsonl > badlabel.jsonl
 refused "--choices badlabel.jsonl: line 1: label 7 names no ending (it has 4)" hf --choices badlabel.jsonl --tokenizer byte
 head -c 1100 items.bin > cut.bin
 refused "--choices cut.bin: example" hf --choices cut.bin
-refused "positions (--seq-len, or the model's)" hf --choices items.bin --seq-len 4
+refused "which with one context token before it do not fit 4 positions" hf --choices items.bin --seq-len 4
 echo PASS
