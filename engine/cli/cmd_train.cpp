@@ -3,6 +3,7 @@
 // after that point aborts the whole job (exit 1), so no rank is left waiting for another.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "engine/cli/commands.hpp"
@@ -52,8 +53,11 @@ void print_summary(const TrainSummary& s, const Recipe& r, int status) {
                 status == kExitResumable ? "a checkpoint was saved: run the same command again to resume"
                                          : "checkpoint.dir is not set, so nothing was saved: running again starts over",
                 status);
-  char val[48] = "";
+  char val[96] = "";
   if (s.final_val_loss >= 0) std::snprintf(val, sizeof val, ", val loss %.4f", s.final_val_loss);
+  if (s.final_choice_acc_norm >= 0)
+    std::snprintf(val + std::strlen(val), sizeof val - std::strlen(val), ", log.choices acc_norm %.4f",
+                  s.final_choice_acc_norm);
   char from[64] = "";
   if (s.start_step > 0) std::snprintf(from, sizeof from, " (resumed at step %lld)", (long long)s.start_step);
   char rate[64] = "", hidden[96] = "";

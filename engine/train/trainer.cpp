@@ -238,6 +238,7 @@ TrainSummary Trainer::run() {
     if (!choice_items_.empty() && eval_due) {
       TraceRecorder::Span span(&trace_, "choices", "compute");
       score_choice_items(rec);
+      if (rec.choice_acc_norm >= 0) summary.final_choice_acc_norm = rec.choice_acc_norm;
     }
     if (!res.skipped) summary.final_loss = res.loss;
     summary.steps = steps_done_ = done;

@@ -51,6 +51,7 @@ struct TrainSummary {
   int64_t steps = 0;       // steps done when it ended
   double final_loss = 0;
   double final_val_loss = -1;  // -1: no evaluation
+  double final_choice_acc_norm = -1;  // log.choices' last acc_norm (rank 0; -1: not scored)
   double tokens_per_s = 0;     // over all steps after the first
   double comm_wait_s = 0;      // gradient reduction time not hidden behind backward, all steps
   double grad_reduce_s = 0;    // the dp gradient reductions' own run time, all steps (< 0: not timed)

@@ -37,6 +37,7 @@ run one 1 --set checkpoint.dir="$WORK/ck"
 grep -qF "loom: log.choices: 60 multiple-choice items from $WORK/items.jsonl (240 forward rows of 32 tokens), scored every 3 steps and at the end" "$WORK/one.out" ||
   { grep -n "choices" "$WORK/one.out"; fail "the header does not describe log.choices"; }
 grep -qE "^step +6/6 .*\| acc_norm [0-9.]+ \|" "$WORK/one.out" || { tail -3 "$WORK/one.out"; fail "no acc_norm on the progress line"; }
+grep -qE "^loom: trained 6 steps .*, log.choices acc_norm [0-9.]+," "$WORK/one.out" || { tail -2 "$WORK/one.out"; fail "the summary has no acc_norm"; }
 run tp2pp2 4 --set parallel.tp=2 --set parallel.pp=2
 run zero3 2 --set parallel.zero=3
 "$LOOM" eval "$WORK/ck" --choices "$WORK/items.jsonl" > "$WORK/eval.out" || fail "loom eval --choices on the checkpoint: exit $?"
