@@ -34,6 +34,13 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
         const uint64_t asked = uint64_t(r_.log.eval_batches) * uint64_t(layout_.global_batch());
         val_repeat_note_ = validation_repeat_note(index.distinct_in_order(asked), index.repeat_free_in_order(asked),
                                                   !index.parts().empty());
+        // The same tokens on both keys (one Megatron PREFIX or llm.c file named twice): val_loss
+        // is then a training loss, which nothing else would say.
+        if (val_print->tokens == train_print->tokens && val_print->crc32c == train_print->crc32c)
+          val_same_note_ = "loom: note: data.val holds the same " + std::to_string(val_print->tokens) +
+                           " tokens as data.train: val_loss measures the training data, not held-out text (a loom "
+                           "prep directory named by both keys gives its train and val splits; loom prep "
+                           "--val-fraction makes them)";
       }
     }
   });

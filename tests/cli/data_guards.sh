@@ -131,4 +131,10 @@ grep -qF "loom: note: log.eval_batches=4 asks for 128 validation sequences of 64
 "${train[@]}" --set data.train="$WORK/ok/train_*.bin" --set data.val="$WORK/ok/val_*.bin" --set log.eval_every=2 --set log.eval_batches=1 \
   --set log.dir="$WORK/evalone" > evalone.txt || fail "log.eval_batches=1: training failed"
 if grep -q "validation sequences" evalone.txt; then fail "a note on repeats where none repeat: $(grep note evalone.txt)"; fi
+if grep -q "the same .* tokens as data.train" evalone.txt; then fail "a note on shared tokens for two splits"; fi
+# The same file named by both keys: val_loss would be a training loss, which the header says.
+"${train[@]}" --set data.train="$WORK/ok/train_*.bin" --set data.val="$WORK/ok/train_*.bin" --set log.eval_every=2 --set log.eval_batches=1 \
+  --set log.dir="$WORK/evalsame" > evalsame.txt || fail "data.val = data.train: training failed"
+grep -qE "loom: note: data.val holds the same [0-9]+ tokens as data.train: val_loss measures the training data" evalsame.txt ||
+  fail "no note on data.val being data.train: $(grep note evalsame.txt)"
 echo PASS
