@@ -78,6 +78,7 @@ struct OptimConfig {
 struct DataConfig {
   std::string train;
   std::string val;
+  double val_fraction = 0;      // > 0: validation is the last fraction of data.train (Megatron's --split)
   std::string format = "auto";  // auto | text | loom | llmc | megatron
 };
 

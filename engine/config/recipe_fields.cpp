@@ -72,6 +72,7 @@ std::vector<Field> make_fields() {
 
       {"data", "train", K::String, 0, 0, {}, LOOM_MEMBER(data, train), "training data: a `loom prep` directory, a shard file, a directory or glob of shards, or a Megatron PREFIX; or a weighted blend of them, \"0.7 data/web 0.3 data/code\" (docs/data.md, \"Blends\")"},
       {"data", "val", K::String, 0, 0, {}, LOOM_MEMBER(data, val), "validation data, same forms as data.train (a `loom prep` directory gives its val split)"},
+      {"data", "val_fraction", K::Float, 0, 0.5, {}, LOOM_MEMBER(data, val_fraction), "instead of data.val: hold out the last fraction of data.train's tokens (of each part's, for a blend) for validation and train on the rest, as Megatron's --split does (a token boundary, not a document's); 0: none"},
       {"data", "format", K::String, 0, 0, {"auto", "text", "loom", "llmc", "megatron"}, LOOM_MEMBER(data, format), "auto detects by magic; text = any file read as bytes (vocab 256); see docs/data.md"},
 
       {"checkpoint", "dir", K::String, 0, 0, {}, LOOM_MEMBER(checkpoint, dir), "checkpoint directory (empty: no checkpoints)"},

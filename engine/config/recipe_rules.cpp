@@ -74,8 +74,11 @@ void validate_shapes(const Recipe& r) {
          kv(r, "optim.wsd_decay_steps") + " is longer than the " +
              std::to_string(r.optim.decay_steps - r.optim.warmup_steps) + " steps from " +
              kv(r, "optim.warmup_steps") + " to " + kv(r, "optim.decay_steps"));
-  rule(r.log.eval_every == 0 || !r.data.val.empty() || !r.log.choices.empty(),
-       kv(r, "log.eval_every") + " needs something to evaluate: set data.val (or log.choices)");
+  rule(r.log.eval_every == 0 || !r.data.val.empty() || r.data.val_fraction > 0 || !r.log.choices.empty(),
+       kv(r, "log.eval_every") + " needs something to evaluate: set data.val or data.val_fraction (or log.choices)");
+  rule(r.data.val_fraction == 0 || r.data.val.empty(),
+       kv(r, "data.val_fraction") + " holds validation out of data.train, and " + kv(r, "data.val") +
+           " names other validation data: set one of them");
   rule(r.log.choices.empty() || r.log.eval_every > 0,
        kv(r, "log.choices") + " is scored at every evaluation: set log.eval_every");
   if (r.lora.rank > 0) {

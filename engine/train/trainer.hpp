@@ -136,6 +136,7 @@ class Trainer {
   std::vector<StepBatch> val_batches_;
   std::string val_repeat_note_;  // the evaluation asks for more sequences than data.val holds
   std::string val_same_note_;    // data.val is data.train's tokens
+  std::string val_split_note_;   // data.val_fraction: what it held out
   std::vector<ChoiceItem> choice_items_;  // log.choices, scored at every evaluation
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<DistributedOptimizer> optim_;

@@ -22,10 +22,22 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
   parallel::agreed(groups_.world(), [&] {
     if (!r_.log.choices.empty()) choice_items_ = open_choices();
     train = open_dataset(r_.data.train, r_.data.format, "data.train", "train");
+    // data.val_fraction: the held-out tail, cut before anything is checked or fingerprinted, so
+    // that the training data's fingerprint is what it trains on.
+    TokenDataset val;
+    if (r_.data.val_fraction > 0) val = split_off_validation(train, r_.data.val_fraction);
     *train_print = validate_dataset(train, m.vocab_size, m.seq_len, "data.train");
-    if (!r_.data.val.empty()) {
-      TokenDataset val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
-      *val_print = validate_dataset(val, m.vocab_size, m.seq_len, "data.val");
+    if (!r_.data.val.empty()) val = open_dataset(r_.data.val, r_.data.format, "data.val", "val");
+    if (!r_.data.val.empty() || r_.data.val_fraction > 0) {
+      const char* val_key = r_.data.val.empty() ? "data.val_fraction" : "data.val";
+      *val_print = validate_dataset(val, m.vocab_size, m.seq_len, val_key);
+      if (r_.data.val_fraction > 0) {
+        char b[256];
+        std::snprintf(b, sizeof b, "loom: data.val_fraction=%g: validation is the last %llu tokens of data.train, "
+                      "training the first %llu", r_.data.val_fraction, (unsigned long long)val_print->tokens,
+                      (unsigned long long)train_print->tokens);
+        val_split_note_ = b;
+      }
       if (r_.log.eval_every > 0) {
         val_batches_ = validation_batches(val, layout_, r_.log.eval_batches);
         // (A blend's small part repeats before the whole does: the distinct samples the asked

@@ -62,6 +62,7 @@ void Trainer::print_header() const {
   if (const std::string note = backend_->precision_note(compute_); !note.empty()) std::printf("loom: note: %s\n", note.c_str());
   if (!cpu_threads_note_.empty()) std::printf("%s\n", cpu_threads_note_.c_str());
   if (!val_repeat_note_.empty()) std::printf("%s\n", val_repeat_note_.c_str());
+  if (!val_split_note_.empty()) std::printf("%s\n", val_split_note_.c_str());
   if (!val_same_note_.empty()) std::printf("%s\n", val_same_note_.c_str());
   if (!choice_items_.empty()) {
     size_t endings = 0, cut = 0;

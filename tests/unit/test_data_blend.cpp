@@ -215,3 +215,50 @@ TEST_CASE("a blend's part too short for one sample is named, and its tokenizers 
                                  "data.train", "train"),
                     Catch::Contains("none.bin: no such file or directory"));
 }
+
+TEST_CASE("data.val_fraction holds out the last tokens of a dataset and of each blend part") {
+  const auto dir = fresh_dir("val_fraction");
+  std::vector<uint16_t> a(600), b(400);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = uint16_t(i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint16_t(600 + i);
+  write_llmc(dir / "s_a.bin", a);
+  write_llmc(dir / "s_b.bin", b);
+  // One dataset of two shards, 1000 tokens: the last 10% is the second shard's last 100.
+  TokenDataset d = open_dataset((dir / "s_*.bin").string(), "llmc", "data.train", "train");
+  TokenDataset v = split_off_validation(d, 0.1);
+  std::vector<uint32_t> head(900), tail(100);
+  for (uint32_t i = 0; i < 900; ++i) head[i] = i;
+  for (uint32_t i = 0; i < 100; ++i) tail[i] = 900 + i;
+  CHECK(all_tokens(d) == head);
+  CHECK(all_tokens(v) == tail);
+  REQUIRE(d.shards.size() == 2);
+  CHECK(d.shards[1].name == (dir / "s_b.bin").string() + " (tokens 0 to 300)");
+  CHECK(v.shards.size() == 1);
+  CHECK_THAT(v.source, Catch::StartsWith("the last 10% of "));
+  // Half: the cut falls inside the first shard; the second goes to validation whole.
+  d = open_dataset((dir / "s_*.bin").string(), "llmc", "data.train", "train");
+  v = split_off_validation(d, 0.5);
+  REQUIRE(d.shards.size() == 1);
+  CHECK(d.shards[0].count == 500);
+  REQUIRE(v.shards.size() == 2);
+  CHECK(v.shards[0].count == 100);
+  CHECK(v.shards[0].at(0) == 500);
+  CHECK(v.shards[1].name == (dir / "s_b.bin").string());  // whole: its own name
+  CHECK(validate_dataset(d, 1000, 8, "data.train").tokens + validate_dataset(v, 1000, 8, "data.val_fraction").tokens ==
+        1000);
+  // A blend: each part keeps its own last 20%, and the validation blend the same weights.
+  const auto bdir = fresh_dir("val_fraction_blend");
+  d = open_dataset(two_parts(bdir), "llmc", "data.train", "train");  // 201 and 81 tokens
+  v = split_off_validation(d, 0.2);
+  REQUIRE(d.blend.size() == 2);
+  REQUIRE(v.blend.size() == 2);
+  CHECK(d.blend[0].weight == 0.75);
+  CHECK(v.blend[1].weight == 0.25);
+  CHECK(d.shards[d.blend[0].first_shard].count == 161);  // 201 - round(40.2)
+  CHECK(v.shards[v.blend[0].first_shard].count == 40);
+  CHECK(d.shards[d.blend[1].first_shard].count == 65);  // 81 - round(16.2)
+  CHECK(v.shards[v.blend[1].first_shard].at(0) == 1065);
+  // A tail shorter than one sample is named under the key that made it.
+  CHECK_THAT(error_of([&] { validate_dataset(v, 2000, 40, "data.val_fraction"); }),
+             Catch::StartsWith("data.val_fraction=the last 20% of ") && Catch::Contains("shorter than one sample"));
+}
