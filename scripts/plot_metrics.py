@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Plot one or more Loom runs for comparison: training and validation loss, and tokens/s,
-against the step, from each run directory's metrics.jsonl.
+"""Plot one or more Loom runs for comparison: training and validation loss, tokens/s, and (when
+a run scored log.choices) its multiple-choice acc_norm, against the step, from each run
+directory's metrics.jsonl.
 
     scripts/plot_metrics.py RUN_DIR [RUN_DIR ...] [-o runs.png] [--smooth N]
 
@@ -63,9 +64,11 @@ def main():
     ap.add_argument("-o", "--out", default="runs.png", help="output PNG (default runs.png)")
     ap.add_argument("--smooth", type=int, default=1, help="moving average over N logged points")
     a = ap.parse_args()
-    fig, (ax_loss, ax_tok) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
-    for run in a.runs:
-        rows = load(run)
+    data = [load(run) for run in a.runs]
+    choices = any(series(rows, "choice_acc_norm", drop_skipped=False)[0] for rows in data)
+    fig, axes = plt.subplots(3 if choices else 2, 1, figsize=(9, 11 if choices else 8), sharex=True)
+    ax_loss, ax_tok = axes[0], axes[1]
+    for run, rows in zip(a.runs, data):
         label = os.path.basename(os.path.normpath(run))
         x, y = series(rows, "loss")
         (line,) = ax_loss.plot(x, smooth(y, a.smooth), label=f"{label} train")
@@ -74,12 +77,20 @@ def main():
             ax_loss.plot(vx, vy, "o--", color=line.get_color(), label=f"{label} val")
         tx, ty = series(rows, "tokens_per_s")
         ax_tok.plot(tx, smooth(ty, a.smooth), color=line.get_color(), label=label)
+        if choices:  # log.choices (HellaSwag as llm.c plots it), at the evaluations
+            cx, cy = series(rows, "choice_acc_norm", drop_skipped=False)
+            if cx:
+                axes[2].plot(cx, cy, "o-", color=line.get_color(), label=label)
     ax_loss.set_ylabel("loss (nats/token)")
     ax_loss.legend()
     ax_loss.grid(alpha=0.3)
     ax_tok.set_ylabel("tokens/s")
-    ax_tok.set_xlabel("step")
     ax_tok.grid(alpha=0.3)
+    if choices:
+        axes[2].set_ylabel("log.choices acc_norm")
+        axes[2].legend()
+        axes[2].grid(alpha=0.3)
+    axes[-1].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(a.out, dpi=100)
     print(f"plot_metrics: wrote {a.out} ({len(a.runs)} run{'s' if len(a.runs) > 1 else ''})")

@@ -56,6 +56,9 @@ m = re.search(r"acc ([0-9.]+) .*acc_norm ([0-9.]+)", line)
 assert m and abs(float(m[1]) - one[-1][1]) < 5e-5 and abs(float(m[2]) - one[-1][2]) < 5e-5, (line, one)
 print("choice_acc, choice_acc_norm at steps 3 and 6:", one, "; the same in tp 2 x pp 2, zero 3 and loom eval")
 PY
+# scripts/plot_metrics.py adds an acc_norm panel for runs that scored log.choices.
+/usr/bin/python3 scripts/plot_metrics.py "$WORK/one" "$WORK/zero3" -o "$WORK/runs.png" > /dev/null || fail "plot_metrics.py failed"
+[ "$(head -c 8 "$WORK/runs.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "plot_metrics.py wrote no PNG"
 refused() {  # expected-message args...
   local want=$1
   shift
