@@ -69,7 +69,7 @@ std::string eval_memory_refusal(const GptShape& shape, int B, const Backend& be,
 void open_choices(const EvalArgs& a, const PretrainedSource& src, int T, std::vector<ChoiceItem>& items) {
   const int V = src.model().vocab_size;
   std::unique_ptr<Tokenizer> tok;
-  if (!is_llmc_eval_file(a.choices)) tok = make_model_tokenizer(src, a.tokenizer, a.vocab, a.merges, "");
+  if (!is_llmc_eval_file(a.choices, "--choices")) tok = make_model_tokenizer(src, a.tokenizer, a.vocab, a.merges, "");
   items = read_choice_items(a.choices, tok.get(), V);
   if (a.limit > 0 && size_t(a.limit) < items.size()) items.resize(size_t(a.limit));
   if (const std::string no = choices_fit(items, T); !no.empty()) throw std::runtime_error("--choices " + a.choices + ": " + no);
@@ -155,7 +155,9 @@ int cmd_eval(const EvalArgs& a, int* argc, char*** argv) {
   const MemoryRoom room = a.backend == "cpu" ? memory_room() : MemoryRoom{};
   // Every rank must evaluate the same tokens (same_data.hpp). Collective, then agreed.
   const std::string differs =
-      choices ? "" : data_differs_from_rank0(groups->world(), "--data=" + a.data, print, "evaluation data");
+      choices ? data_differs_from_rank0(groups->world(), "--choices=" + a.choices, choice_items_fingerprint(items),
+                                        "multiple-choice items")
+              : data_differs_from_rank0(groups->world(), "--data=" + a.data, print, "evaluation data");
   if (!agreed_step(world, "eval", [&] {
         if (!differs.empty()) throw std::runtime_error(differs);
       }))

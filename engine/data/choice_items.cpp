@@ -1,5 +1,7 @@
 #include "engine/data/choice_items.hpp"
 
+#include "engine/util/crc32c.hpp"
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -138,8 +140,9 @@ std::vector<ChoiceItem> read_jsonl(const std::string& path, const std::string& k
 
 }  // namespace
 
-bool is_llmc_eval_file(const std::string& path) {
+bool is_llmc_eval_file(const std::string& path, const std::string& key) {
   std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(key + " " + path + ": cannot be read: " + std::strerror(errno));
   int32_t magic = 0;
   return f.read(reinterpret_cast<char*>(&magic), sizeof magic) && magic == kLlmcEvalMagic;
 }
@@ -154,6 +157,23 @@ std::vector<ChoiceItem> read_choice_items(const std::string& path, const Tokeniz
     return read_jsonl(path, key, blob, tok, vocab_size);
   throw std::runtime_error(key + " " + path + ": neither an llm.c eval file (magic " + std::to_string(kLlmcEvalMagic) +
                            ") nor HellaSwag JSON lines");
+}
+
+DataFingerprint choice_items_fingerprint(const std::vector<ChoiceItem>& items) {
+  DataFingerprint print;
+  std::vector<int32_t> words;
+  for (const ChoiceItem& it : items) {
+    words.assign({it.label, int32_t(it.endings.size()), int32_t(it.context.size())});
+    words.insert(words.end(), it.context.begin(), it.context.end());
+    for (const auto& e : it.endings) {
+      words.push_back(int32_t(e.size()));
+      words.insert(words.end(), e.begin(), e.end());
+      print.tokens += e.size();
+    }
+    print.tokens += it.context.size();
+    print.crc32c = crc32c(words.data(), words.size() * sizeof(int32_t), print.crc32c);
+  }
+  return print;
 }
 
 }  // namespace loom

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/token_dataset.hpp"
 #include "engine/data/tokenizer.hpp"
 
 namespace loom {
@@ -25,13 +26,19 @@ struct ChoiceItem {
 
 constexpr int32_t kLlmcEvalMagic = 20240522;
 
-// True if `path` starts with llm.c's eval-file magic.
-bool is_llmc_eval_file(const std::string& path);
+// True if `path` starts with llm.c's eval-file magic; throws "`key` PATH: cannot be read: ..."
+// when it cannot be opened (before anything asks for a tokenizer it would not need).
+bool is_llmc_eval_file(const std::string& path, const std::string& key = "--choices");
 
 // Every item of `path`: an llm.c eval file, or JSON lines tokenized by `tok` (null: the error
 // says a tokenizer is needed). Each token must be below `vocab_size`, the label must name an
 // ending, every ending and the context must be non-empty. Errors start "`key` PATH: ".
 std::vector<ChoiceItem> read_choice_items(const std::string& path, const Tokenizer* tok, int vocab_size,
                                           const std::string& key = "--choices");
+
+// The items as a dataset's fingerprint (token count, CRC-32C of every label, length and token):
+// every rank must score the same items (a node's own copy that differs would score others, or
+// run other numbers of forwards than its pipeline or ZeRO partners).
+DataFingerprint choice_items_fingerprint(const std::vector<ChoiceItem>& items);
 
 }  // namespace loom

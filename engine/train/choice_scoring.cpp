@@ -33,13 +33,18 @@ int ChoiceScore::pred_norm() const {
 }
 
 std::string choices_fit(const std::vector<ChoiceItem>& items, int seq_len) {
+  // A row of seq_len + 1 tokens holds one context token and an ending of seq_len.
   for (const ChoiceItem& it : items)
     for (size_t e = 0; e < it.endings.size(); ++e)
-      if (it.endings[e].size() + 1 > size_t(seq_len))
+      if (it.endings[e].size() > size_t(seq_len))
         return "example " + std::to_string(it.index) + ": ending " + std::to_string(e) + " has " +
-               std::to_string(it.endings[e].size()) + " tokens, which with one context token before it do not fit " +
-               std::to_string(seq_len) + " positions";
+               std::to_string(it.endings[e].size()) + " tokens, more than the " + std::to_string(seq_len) +
+               " positions that score them";
   return "";
+}
+
+int context_dropped(const ChoiceItem& it, size_t e, int seq_len) {
+  return std::max(0, int(it.context.size() + it.endings[e].size()) - (seq_len + 1));
 }
 
 std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& groups, const std::vector<ChoiceItem>& items) {
@@ -64,8 +69,8 @@ std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& grou
     s.tokens.assign(it.endings.size(), 0);
     for (size_t e = 0; e < it.endings.size(); ++e) {
       const int m = int(it.endings[e].size()), n = int(it.context.size()) + m;
-      const int dropped = std::max(0, n - T), kept = n - dropped;
-      // The ending fills the window's last m positions; position t's target is token t + 1.
+      const int dropped = context_dropped(it, e, T), kept = n - dropped;  // kept <= T + 1
+      // The ending fills the window's last m tokens; position t's target is token t + 1.
       rows.push_back(Row{out.size(), e, kept - m - 1, m, dropped});
       s.tokens[e] = m;
       s.truncated = std::max(s.truncated, dropped);
@@ -89,7 +94,8 @@ std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& grou
       w.insert(w.end(), it.endings[row.ending].begin(), it.endings[row.ending].end());
       int32_t* tk = tokens.data() + b * size_t(T);
       int32_t* tg = targets.data() + b * size_t(T);
-      std::copy(w.begin(), w.end(), tk);
+      // Inputs: every token but the last (at most T); targets: every token but the first.
+      std::copy(w.begin(), w.end() - 1, tk);
       for (size_t t = 0; t + 1 < w.size(); ++t) tg[t] = w[t + 1];
     }
     if (!st.first) pp.recv(model.input(0), elems, pp.rank() - 1, 22);

@@ -2,8 +2,9 @@
 // Multiple-choice evaluation, completion style (llm.c's and nanoGPT's HellaSwag): each ending is
 // appended to the context and the model's cross-entropy summed over the ending's tokens; the
 // prediction is the ending of the least total loss (acc) or of the least mean loss per token
-// (acc_norm, the figure llm.c and nanoGPT report). A row longer than seq_len loses context
-// tokens from the left (the ending is always whole), as lm-evaluation-harness truncates.
+// (acc_norm, the figure llm.c and nanoGPT report). A row is at most seq_len + 1 tokens, its last
+// never an input (nothing is predicted from it): a longer one loses context tokens from the left
+// (the ending is always whole), as lm-evaluation-harness truncates.
 // Forward only; the data-parallel ranks each score their own items, and gather_choice_scores
 // collects them.
 #include <cstdint>
@@ -31,6 +32,9 @@ struct ChoiceScore {
 // "" when every item's endings fit seq_len with at least one context token before them, else
 // the first that does not, named.
 std::string choices_fit(const std::vector<ChoiceItem>& items, int seq_len);
+
+// How many context tokens ending `e` of `it` loses on the left to fit seq_len.
+int context_dropped(const ChoiceItem& it, size_t e, int seq_len);
 
 // The items of this rank's dp share (item i to dp rank i % dp), scored micro-batch by
 // micro-batch of the model's B rows, the pipeline stages passing activations on as evaluate()

@@ -48,15 +48,26 @@ std::string describe(const LrSchedule& s) {
                     s.lr, s.min_lr, (long long)s.decay_steps);
       break;
     case LrDecay::InverseSqrt: {
-      // The first 0-based step at the floor: lr sqrt(w / i) <= min_lr from i = w (lr / min_lr)^2.
+      // The first 0-based step at the floor: lr sqrt(w / i) <= min_lr from about w (lr / min_lr)^2,
+      // then moved to where at() says (the closed form's rounding can miss by a step). Megatron's
+      // cut-off keeps the curve through index decay_steps; min_lr from the one after.
+      const int64_t D = s.decay_steps;
       const double w = double(std::max<int64_t>(1, s.warmup_steps));
-      const double floor_index = s.min_lr > 0 ? std::ceil(w * (s.lr / s.min_lr) * (s.lr / s.min_lr)) : 1e300;
-      if (floor_index <= double(s.decay_steps - 1))
-        std::snprintf(b, sizeof b, "falling as 1/sqrt(step) from %g to the floor optim.min_lr=%g at step %.0f, held there",
-                      s.lr, s.min_lr, floor_index + 1);
+      int64_t floor_index = D + 1;
+      if (s.min_lr > 0) {
+        const double guess = w * (s.lr / s.min_lr) * (s.lr / s.min_lr);
+        if (guess < double(D)) {
+          floor_index = std::max<int64_t>(s.warmup_steps, int64_t(guess));
+          while (floor_index <= D && s.at(floor_index) > s.min_lr) ++floor_index;
+          while (floor_index > s.warmup_steps && s.at(floor_index - 1) <= s.min_lr) --floor_index;
+        }
+      }
+      if (floor_index <= D)
+        std::snprintf(b, sizeof b, "falling as 1/sqrt(step) from %g to the floor optim.min_lr=%g at step %lld, held there",
+                      s.lr, s.min_lr, (long long)floor_index + 1);
       else
-        std::snprintf(b, sizeof b, "falling as 1/sqrt(step) from %g to %g at step %lld, then %g", s.lr,
-                      s.at(s.decay_steps - 1), (long long)s.decay_steps, s.min_lr);
+        std::snprintf(b, sizeof b, "falling as 1/sqrt(step) from %g to %g at step %lld, then %g", s.lr, s.at(D),
+                      (long long)D + 1, s.min_lr);
       break;
     }
     case LrDecay::Wsd: {

@@ -33,9 +33,15 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
       *val_print = validate_dataset(val, m.vocab_size, m.seq_len, val_key);
       if (r_.data.val_fraction > 0) {
         char b[256];
-        std::snprintf(b, sizeof b, "loom: data.val_fraction=%g: validation is the last %llu tokens of data.train, "
-                      "training the first %llu", r_.data.val_fraction, (unsigned long long)val_print->tokens,
-                      (unsigned long long)train_print->tokens);
+        if (train.blend.empty())
+          std::snprintf(b, sizeof b, "loom: data.val_fraction=%g: validation is the last %llu of data.train's tokens, "
+                        "training the other %llu", r_.data.val_fraction, (unsigned long long)val_print->tokens,
+                        (unsigned long long)train_print->tokens);
+        else
+          std::snprintf(b, sizeof b, "loom: data.val_fraction=%g: validation is that fraction at the end of each part "
+                        "of the data.train blend, with the blend's weights (%llu tokens), training the other %llu",
+                        r_.data.val_fraction, (unsigned long long)val_print->tokens,
+                        (unsigned long long)train_print->tokens);
         val_split_note_ = b;
       }
       if (r_.log.eval_every > 0) {
@@ -60,10 +66,19 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
   // copy differs (a stale node-local copy) is refused, naming it.
   std::string differs = data_differs_from_rank0(groups_.world(), "data.train=" + r_.data.train, *train_print,
                                                 "training data");
-  if (!r_.data.val.empty()) {  // a collective: every rank calls it, whatever data.train gave
-    const std::string val = data_differs_from_rank0(groups_.world(), "data.val=" + r_.data.val, *val_print,
-                                                    "validation data");
+  // (Collectives: every rank calls them, whatever data.train gave. data.val_fraction's tail is
+  // not in the training fingerprint, so it is compared too.)
+  if (!r_.data.val.empty() || r_.data.val_fraction > 0) {
+    const std::string what = r_.data.val.empty() ? "data.val_fraction=" + std::to_string(r_.data.val_fraction) +
+                                                       " of data.train=" + r_.data.train
+                                                 : "data.val=" + r_.data.val;
+    const std::string val = data_differs_from_rank0(groups_.world(), what, *val_print, "validation data");
     if (differs.empty()) differs = val;
+  }
+  if (!r_.log.choices.empty()) {
+    const std::string items = data_differs_from_rank0(groups_.world(), "log.choices=" + r_.log.choices,
+                                                      choice_items_fingerprint(choice_items_), "multiple-choice items");
+    if (differs.empty()) differs = items;
   }
   parallel::agreed(groups_.world(), [&] {
     if (!differs.empty()) throw std::runtime_error(differs);
@@ -74,7 +89,7 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
 std::vector<ChoiceItem> Trainer::open_choices() const {
   const std::string& path = r_.log.choices;
   std::unique_ptr<Tokenizer> tok;
-  if (!is_llmc_eval_file(path)) {
+  if (!is_llmc_eval_file(path, "log.choices")) {
     const TokenizerSpec t = dataset_tokenizer(r_.data.train);
     if (t.kind.empty())
       throw std::runtime_error("log.choices " + path + " is not an llm.c eval file, so it is text to tokenize, and "
@@ -114,10 +129,12 @@ std::string Trainer::validation_repeat_note(uint64_t distinct, uint64_t repeat_f
   const std::string fix = repeat_free >= batch ? "set log.eval_batches to at most " + std::to_string(repeat_free / batch)
                           : distinct >= batch  ? "even its first global batch repeats sequences of a part too small "
                                                  "for its weight: give that part more data or less weight"
-                                               : "data.val holds less than one global batch";
+                                               : "it holds less than one global batch";
+  // (The validation data is data.val, or data.val_fraction's tail of data.train.)
+  const std::string val = r_.data.val.empty() ? "the validation data (data.val_fraction)" : "data.val";
   return "loom: note: log.eval_batches=" + std::to_string(r_.log.eval_batches) + " asks for " + std::to_string(asked) +
          " validation sequences of " + std::to_string(r_.model.seq_len) + " tokens (global batches of " +
-         std::to_string(batch) + "); data.val " +
+         std::to_string(batch) + "); " + val + " " +
          (blend ? "is a blend whose parts give " + std::to_string(distinct) + " distinct ones among them, so some repeat"
                 : "holds " + std::to_string(distinct) + " distinct ones, so they repeat") +
          ": val_loss counts sequences more than once; " + fix;

@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "engine/train/trainer.hpp"
+
+#include "engine/train/choice_scoring.hpp"
 #include "parallel/launcher_env.hpp"
 
 namespace loom {
@@ -68,8 +70,8 @@ void Trainer::print_header() const {
     size_t endings = 0, cut = 0;
     for (const ChoiceItem& it : choice_items_) {
       endings += it.endings.size();
-      for (const auto& e : it.endings)
-        if (it.context.size() + e.size() > size_t(r_.model.seq_len)) {
+      for (size_t e = 0; e < it.endings.size(); ++e)
+        if (context_dropped(it, e, int(r_.model.seq_len)) > 0) {
           ++cut;
           break;
         }

@@ -29,7 +29,7 @@ run() {  # name args...
 }
 run split --set data.train=$SHARD --set data.val="" --set data.val_fraction=0.05
 run files --set data.train="$WORK/head.bin" --set data.val="$WORK/tail.bin" --set data.format=llmc
-grep -qE "^loom: data.val_fraction=0.05: validation is the last [0-9]+ tokens of data.train, training the first [0-9]+$" "$WORK/split.out" ||
+grep -qE "^loom: data.val_fraction=0.05: validation is the last [0-9]+ of data.train's tokens, training the other [0-9]+$" "$WORK/split.out" ||
   { grep -n "val_fraction\|validation" "$WORK/split.out"; fail "the header does not say what was held out"; }
 /usr/bin/python3 - "$WORK" <<'PY'
 import json, sys

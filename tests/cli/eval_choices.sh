@@ -32,17 +32,18 @@ def write_llmc(path, items):
         f.write(h.tobytes() + np.array(stream, np.uint16).tobytes())
 
 def expected(items, out):
-    """Each ending's summed loss: the window is the last T tokens of context + ending."""
+    """Each ending's summed loss: the row is the last T + 1 tokens of context + ending (as
+    lm-evaluation-harness cuts), every token but the last an input."""
     cfg, w = ref.load_hf("hf")
     rows = []
     for label, ctx, ends in items:
         loss, n, cut = [], [], 0
         for e in ends:
             toks = ctx + e
-            drop = max(0, len(toks) - T)
+            drop = max(0, len(toks) - (T + 1))
             toks = toks[drop:]
             cut = max(cut, drop)
-            logits = ref.gpt2_logits(cfg, w, toks)
+            logits = ref.gpt2_logits(cfg, w, toks[:-1])
             lp = logits - logits.max(-1, keepdims=True)
             lp = lp - np.log(np.exp(lp).sum(-1, keepdims=True))
             m = len(e)
@@ -51,12 +52,14 @@ def expected(items, out):
         rows.append({"label": label, "loss": loss, "tokens": n, "truncated": cut})
     json.dump(rows, open(out, "w"))
 
-# Token items: contexts of 2-12 tokens, one of 30 (cut by up to 6 to fit), endings of 1-8.
+# Token items: contexts of 2-12 tokens, one of 30 (cut by up to 5 to fit 33 tokens), endings of 1-8;
+# one item whose ending fills all 32 positions after a single context token.
 tok_items = []
 for i in range(11):
     ctx = [rng.randrange(300) for _ in range(30 if i == 4 else rng.randint(2, 12))]
     ends = [[rng.randrange(300) for _ in range(rng.randint(1, 8))] for _ in range(4)]
     tok_items.append((rng.randrange(4), ctx, ends))
+tok_items.append((1, [7], [[rng.randrange(300) for _ in range(32)], [5, 6]]))
 write_llmc("items.bin", tok_items)
 expected(tok_items, "items.expected.json")
 
@@ -133,5 +136,22 @@ sed 's/"label": [0-9]/"label": 7/' items.jsonl > badlabel.jsonl
 refused "--choices badlabel.jsonl: line 1: label 7 names no ending (it has 4)" hf --choices badlabel.jsonl --tokenizer byte
 head -c 1100 items.bin > cut.bin
 refused "--choices cut.bin: example" hf --choices cut.bin
-refused "which with one context token before it do not fit 4 positions" hf --choices items.bin --seq-len 4
+refused "tokens, more than the 4 positions that score them" hf --choices items.bin --seq-len 4
+# Each rank reads its own copy of the items (node-local files, MPMD working directories): one
+# whose copy differs (a label changed) is refused on every rank before any scoring, not left to
+# score other items or wait in another number of forwards.
+mkdir -p node_a node_b
+cp items.bin node_a/
+$PY - <<'PY'
+data = bytearray(open("items.bin", "rb").read())
+data[1024 + 6] ^= 1  # example 0's label (the fourth uint16 after the header)
+open("node_b/items.bin", "wb").write(bytes(data))
+PY
+set +e
+mpi -np 1 -wdir "$WORK/node_a" "$LOOM" eval "$WORK/hf" --choices items.bin : \
+    -np 1 -wdir "$WORK/node_b" "$LOOM" eval "$WORK/hf" --choices items.bin > differ.out 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] || { cat differ.out; fail "ranks reading different items: exit $rc, expected 2"; }
+grep -q "every rank must see the same multiple-choice items" differ.out || { cat differ.out; fail "the differing items are not named"; }
 echo PASS

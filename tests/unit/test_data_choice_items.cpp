@@ -50,6 +50,22 @@ const std::vector<Example> kTwo = {{2, {5, 6, 7}, {{1}, {2, 3}, {4}, {9, 9, 9}}}
 
 }  // namespace
 
+TEST_CASE("the items' fingerprint changes with any label, length or token") {
+  std::vector<ChoiceItem> items = {{0, 1, {5, 6}, {{1}, {2, 3}}}, {1, 0, {7}, {{4}, {8}}}};
+  const DataFingerprint a = choice_items_fingerprint(items);
+  CHECK(a.tokens == 8);
+  CHECK(choice_items_fingerprint(items).crc32c == a.crc32c);
+  auto changed = [&](auto edit) {
+    auto copy = items;
+    edit(copy);
+    return choice_items_fingerprint(copy).crc32c != a.crc32c;
+  };
+  CHECK(changed([](auto& v) { v[1].label = 1; }));
+  CHECK(changed([](auto& v) { v[0].endings[1] = {2}; v[0].endings[0] = {1, 3}; }));  // same tokens, other split
+  CHECK(changed([](auto& v) { v[1].context[0] = 9; }));
+  CHECK(changed([](auto& v) { v.pop_back(); }));
+}
+
 TEST_CASE("an llm.c eval file reads back as written") {
   const auto dir = fresh_dir("choices_llmc");
   write_eval(dir / "e.bin", 2, stream_of(kTwo));
@@ -132,4 +148,7 @@ TEST_CASE("malformed JSON lines are refused naming the line") {
   CHECK_THAT(error("hello", tok.get()), Catch::Contains("neither an llm.c eval file"));
   CHECK_THAT(error_of([&] { read_choice_items((dir / "absent").string(), tok.get(), 257); }),
              Catch::Contains("absent: cannot be read"));
+  // Before the format decides whether a tokenizer is needed: a missing file is said as such.
+  CHECK_THAT(error_of([&] { is_llmc_eval_file((dir / "absent").string(), "log.choices"); }),
+             Catch::StartsWith("log.choices ") && Catch::Contains("absent: cannot be read"));
 }

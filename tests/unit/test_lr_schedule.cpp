@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 
 #include "engine/config/recipe.hpp"
 #include "engine/optim/lr_schedule.hpp"
@@ -109,6 +110,23 @@ TEST_CASE("inverse_sqrt falls as lr sqrt(warmup over step) down to its floor as 
   CHECK(s.at(101) == kMin);
 }
 
+TEST_CASE("inverse_sqrt's described floor step is where the schedule first gives min_lr") {
+  // The closed form w (lr / min_lr)^2 rounds either way (lr 7e-4, min_lr 7e-5, warmup 10: at(1000)
+  // is one ulp above min_lr): the header must name the step at() reaches it.
+  for (double lr : {6e-4, 7e-4, 1e-3, 3e-3})
+    for (double ratio : {2.0, 3.0, 7.0, 10.0})
+      for (int64_t warmup : {0, 1, 10, 37, 100}) {
+        LrSchedule s{lr, lr / ratio, warmup, 1000000};
+        s.decay = LrDecay::InverseSqrt;
+        int64_t first = warmup;
+        while (s.at(first) > s.min_lr) ++first;
+        char want[64];
+        std::snprintf(want, sizeof want, "at step %lld, held there", (long long)first + 1);
+        INFO("lr " << lr << " ratio " << ratio << " warmup " << warmup);
+        CHECK_THAT(describe(s), Catch::EndsWith(want));
+      }
+}
+
 TEST_CASE("a fractional position (goodput) agrees with the whole steps and lies between them") {
   for (LrDecay d : {LrDecay::Cosine, LrDecay::Linear, LrDecay::Wsd, LrDecay::InverseSqrt, LrDecay::Constant}) {
     LrSchedule s = make(d, 10, 110);
@@ -163,8 +181,9 @@ TEST_CASE("the recipe's keys make the schedule, auto resolved against train.step
   r.train.steps = 1000;
   s = lr_schedule_of(r);
   CHECK(s.decay == LrDecay::InverseSqrt);
-  CHECK(describe(s) == "warmup 100 steps to 0.0006, then falling as 1/sqrt(step) from 0.0006 to 0.000189832 at step "
-                       "1000, then 6e-05");
+  // Megatron's cut-off: index 1000 still on the curve (progress step 1001), min_lr after.
+  CHECK(describe(s) == "warmup 100 steps to 0.0006, then falling as 1/sqrt(step) from 0.0006 to 0.000189737 at step "
+                       "1001, then 6e-05");
   r.optim.min_lr = 3e-4;  // reached at 0-based step 100 (0.0006 / 0.0003)^2 = 400
   s = lr_schedule_of(r);
   CHECK(s.at(399) > 3e-4);
