@@ -32,6 +32,9 @@ def write_json_atomically(path, obj):
     os.replace(tmp, path)
 
 
+# Metrics a run logs only at its evaluations (log.eval_every): val_loss, and log.choices' accuracy.
+EVALUATED = ("val_loss", "choice_acc", "choice_acc_norm")
+
 class MetricTail:
     """The [(steps, value)] history of `key` in one metrics.jsonl, read incrementally: each read()
     parses only the whole lines appended since the last one. The median rule looks at every
@@ -213,7 +216,7 @@ class Controller:
         d = self.trial_dir(t)
         sets = list(self.spec.get("sets", []))
         sets += [f"{k}={v}" for k, v in sorted(t["params"].items())]
-        if self.spec["metric"] == "val_loss":
+        if self.spec["metric"] in EVALUATED:
             # Evaluate where decisions are made: the median rule at every eval_every steps, the
             # others at each segment's end (a run ending at train.stop_at_step evaluates there).
             every = getattr(self.sched, "eval_every", self.spec["max_steps"])

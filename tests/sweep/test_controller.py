@@ -70,6 +70,7 @@ class FakeLoom:
                     row = {"step": s, "loss": loss(seg["lr"], s)}
                     if (s + 1) % seg["eval"] == 0 or s + 1 == seg["target"]:
                         row["val_loss"] = loss(seg["lr"], s + 1)
+                        row["choice_acc_norm"] = 1.0 / row["val_loss"]  # log.choices: higher is better
                     f.write(json.dumps(row) + "\n")
                     seg["step"] += 1
             if seg["step"] == seg["target"]:
@@ -131,6 +132,17 @@ class ControllerTest(unittest.TestCase):
         for trial, start, target in ex.launched:
             self.assertEqual(start, starts.get(trial, 0))
             starts[trial] = target
+
+    def test_choice_accuracy_maximised_and_evaluated_at_decisions(self):
+        # log.choices' accuracy, as val_loss, is only logged at evaluations: the controller must set
+        # log.eval_every (FakeLoom reads it) and, with mode max, keep the most accurate trial.
+        ex = FakeLoom(parallel=4)
+        s = spec("asha", LRS, 90, min_steps=10, eta=3)
+        s.update(metric="choice_acc_norm", mode="max")
+        out = self.run_sweep(s, ex)
+        done = [t for t in out if t["status"] == "done"]
+        self.assertTrue(done)
+        self.assertEqual(max(done, key=lambda t: t["metrics"][-1][1])["params"]["optim.lr"], 1e-3)
 
     def test_pbt_generations(self):
         ex = FakeLoom(parallel=2)
