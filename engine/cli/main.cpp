@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
           ->capture_default_str(),
       prep->add_option("--doc-separator", prep_opts.doc_separator,
                        "a line equal to this separates documents (default: each file is one document)"),
+      prep->add_option("--json-key", prep_opts.json_key,
+                       "the inputs are JSON lines: each line's string at this key is one document (Megatron's "
+                       "--json-keys; e.g. text)"),
       prep->add_option("--shard-tokens", prep_opts.shard_tokens, "tokens per shard at most")
           ->capture_default_str()
           ->check([](const std::string& v) {

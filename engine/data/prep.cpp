@@ -113,6 +113,27 @@ class DocumentSink {
   bool open_ = false, to_val_ = false;
 };
 
+// One line of JSON lines: its object's string at `key` is one document (an empty one adds
+// nothing; a blank line is skipped). Anything else is refused, naming the file and line.
+void json_document(DocumentSink& sink, const std::string& line, const std::string& file, uint64_t lineno,
+                   const std::string& key) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+  const std::string where = file + ":" + std::to_string(lineno) + ": ";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(where + "not a JSON object (--json-key reads JSON lines): " + e.what());
+  }
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string())
+    throw std::runtime_error(where + "no string at \"" + key + "\" (--json-key)" +
+                             (j.is_object() ? "" : ": the line is not a JSON object"));
+  const std::string& text = j[key].get_ref<const std::string&>();
+  if (text.empty()) return;
+  sink.append_line(text, false);
+  sink.end_document();
+}
+
 nlohmann::json split_json(const std::vector<ShardInfo>& shards, uint64_t tokens) {
   nlohmann::json s = {{"tokens", tokens}, {"shards", nlohmann::json::array()}};
   for (const auto& sh : shards) s["shards"].push_back({{"file", sh.file}, {"tokens", sh.tokens}, {"crc32c", sh.crc32c}});
@@ -144,7 +165,15 @@ PrepSummary run_prep(const PrepOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))  // NaN too
     throw std::runtime_error("--val-fraction " + std::to_string(o.val_fraction) + ": expected a value in [0, 1)");
   if (o.shard_tokens < 1) throw std::runtime_error("--shard-tokens: expected a positive number");
-  for (const auto& in : o.inputs) require_regular_input(in, "text");
+  for (const auto& in : o.inputs) {
+    require_regular_input(in, "text");
+    // JSON lines read as plain text would train on their quotes, keys and escapes.
+    if (o.json_key.empty() && (in.ends_with(".jsonl") || in.ends_with(".ndjson")))
+      throw std::runtime_error(in + " looks like JSON lines: give --json-key KEY (e.g. text; Megatron's --json-keys) "
+                               "to take each line's document from that key, or rename the file to read it as text");
+  }
+  if (!o.json_key.empty() && !o.doc_separator.empty())
+    throw std::runtime_error("--json-key and --doc-separator: with JSON lines every line is one document");
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer == "byte") tok = make_byte_tokenizer();
   else if (o.tokenizer == "gpt2") {
@@ -180,11 +209,15 @@ PrepSummary run_prep(const PrepOptions& o) {
     uint32_t crc = 0;
     uint64_t bytes = 0;
     std::string line;
-    while (std::getline(f, line)) {
+    for (uint64_t lineno = 1; std::getline(f, line); ++lineno) {
       const bool newline = !f.eof();
       crc = crc32c(line.data(), line.size(), crc);
       if (newline) crc = crc32c("\n", 1, crc);
       bytes += line.size() + (newline ? 1 : 0);
+      if (!o.json_key.empty()) {
+        json_document(sink, line, in, lineno, o.json_key);
+        continue;
+      }
       // The separator line, with or without a CR before its newline (a file with CRLF endings).
       const bool separator = !o.doc_separator.empty() &&
                              (line == o.doc_separator || (line.size() == o.doc_separator.size() + 1 &&
@@ -217,6 +250,7 @@ PrepSummary run_prep(const PrepOptions& o) {
                       {"documents", sum.documents},
                       {"val_fraction", o.val_fraction},
                       {"doc_separator", o.doc_separator},
+                      {"json_key", o.json_key},
                       {"seed", o.seed},
                       {"train", split_json(train_shards, sum.train_tokens)},
                       {"val", split_json(val_shards, sum.val_tokens)},

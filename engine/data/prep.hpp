@@ -1,7 +1,9 @@
 #pragma once
 // `loom prep`: text files -> Loom token shards + manifest.json, streaming (memory stays bounded
 // whatever the corpus size). Documents are whole files, or the pieces between lines equal to
-// `doc_separator`; each document is preceded by the end-of-text token. A seeded hash of the
+// `doc_separator`, or with `json_key` the string at that key of each line's JSON object (JSON
+// lines, as Megatron's preprocess_data.py --json-keys reads them); each document is preceded by
+// the end-of-text token. A seeded hash of the
 // document number sends a `val_fraction` of the documents to the validation split.
 #include <cstdint>
 #include <string>
@@ -21,6 +23,7 @@ struct PrepOptions {
   std::vector<std::string> inputs;
   double val_fraction = 0.0;
   std::string doc_separator;       // empty: every file is one document
+  std::string json_key;            // set: JSON lines, each object's string at this key one document
   uint64_t shard_tokens = 100'000'000;
   uint64_t seed = 1337;
 };

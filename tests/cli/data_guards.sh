@@ -80,6 +80,12 @@ mkfifo pipe.txt
 refused "pipe.txt is a FIFO (named pipe), not a regular file" "${prep[@]}" --out fifo_out pipe.txt
 [ ! -e fifo_out ] || fail "a refused prep created its output directory"
 
+# JSON lines (Megatron's preprocess_data.py input): --json-key takes each line's document.
+printf '{"text": "one\\ntwo"}\n{"text": "three", "id": 3}\n' > docs.jsonl
+"$LOOM" prep --tokenizer byte --json-key text --out jsonl_ds docs.jsonl > jsonl.out || fail "prep --json-key: $(cat jsonl.out)"
+grep -q "2 documents" jsonl.out || fail "prep --json-key did not read 2 documents: $(cat jsonl.out)"
+refused "docs.jsonl looks like JSON lines: give --json-key KEY" "$LOOM" prep --tokenizer byte --out jsonl_ds2 docs.jsonl
+
 # Issue 9: loom prep --check, and verification when training opens the directory.
 "$LOOM" prep --check ds > check.out || fail "--check of a fresh dataset failed: $(cat check.out)"
 grep -q "^OK       train train_000000.bin: " check.out || fail "no OK line: $(cat check.out)"
