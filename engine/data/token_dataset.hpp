@@ -42,12 +42,6 @@ std::vector<std::pair<double, std::string>> parse_blend(const std::string& spec,
 TokenDataset open_dataset(const std::string& path, const std::string& format, const std::string& key,
                           const std::string& split);
 
-// Megatron's --split in Loom's terms (data.val_fraction): the last `fraction` of the tokens of
-// `d` (of each part's own tokens, for a blend, which keeps its weights) becomes the returned
-// validation dataset, and `d` keeps the rest: views of the same mapped files, a shard cut in two
-// where the boundary falls inside it. The boundary is a token, not a document boundary.
-TokenDataset split_off_validation(TokenDataset& d, double fraction);
-
 // What a dataset holds, in two numbers a checkpoint records: its token count and the CRC-32C of
 // its shards' token bytes in shard order (not the headers: the same tokens re-saved in another
 // header give the same value; tokens of another width do not).

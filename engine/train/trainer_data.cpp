@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/data/dataset_tokenizer.hpp"
+#include "engine/data/held_out_split.hpp"
 #include "engine/train/choice_scoring.hpp"
 #include "engine/train/same_data.hpp"
 #include "engine/train/trainer.hpp"

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "engine/data/data_loader.hpp"
+#include "engine/data/held_out_split.hpp"
 #include "engine/data/sampler.hpp"
 #include "engine/data/token_dataset.hpp"
 #include "data_test_files.hpp"
