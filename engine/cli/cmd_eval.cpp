@@ -64,15 +64,11 @@ std::string eval_memory_refusal(const GptShape& shape, int B, const Backend& be,
   return b + room.where + "; " + fix;
 }
 
-// --choices: the items (the first --limit), tokenized if they are text, each fitting T positions;
-// --items-out must be a new file (an evaluation never overwrites what is there).
+// --choices: the items, checked as log.choices' are (open_choice_items); --items-out must be a
+// new file (an evaluation never overwrites what is there).
 void open_choices(const EvalArgs& a, const PretrainedSource& src, int T, std::vector<ChoiceItem>& items) {
-  const int V = src.model().vocab_size;
-  std::unique_ptr<Tokenizer> tok;
-  if (!is_llmc_eval_file(a.choices, "--choices")) tok = make_model_tokenizer(src, a.tokenizer, a.vocab, a.merges, "");
-  items = read_choice_items(a.choices, tok.get(), V);
-  if (a.limit > 0 && size_t(a.limit) < items.size()) items.resize(size_t(a.limit));
-  if (const std::string no = choices_fit(items, T); !no.empty()) throw std::runtime_error("--choices " + a.choices + ": " + no);
+  items = open_choice_items(a.choices, "--choices", src.model().vocab_size, T, a.limit,
+                            [&] { return make_model_tokenizer(src, a.tokenizer, a.vocab, a.merges, ""); });
   if (!a.items_out.empty() && std::filesystem::exists(a.items_out))
     throw std::runtime_error("--items-out " + a.items_out + " exists: loom eval does not overwrite it (remove it, or "
                              "name a new file)");
@@ -80,23 +76,16 @@ void open_choices(const EvalArgs& a, const PretrainedSource& src, int T, std::ve
 
 void report_choices(const EvalArgs& a, const PretrainedSource& src, int T, const std::vector<ChoiceScore>& scores,
                     std::chrono::steady_clock::duration took) {
-  size_t right = 0, right_norm = 0, cut = 0, endings = 0;
-  for (const ChoiceScore& s : scores) {
-    right += s.pred() == s.label;
-    right_norm += s.pred_norm() == s.label;
-    cut += s.truncated > 0;
-    endings += s.loss.size();
-  }
-  const double n = double(scores.size());
+  const ChoiceTally t = tally_choices(scores);
   if (!a.items_out.empty()) write_file_atomically(a.items_out, choice_scores_jsonl(scores), "--items-out");
   char cut_note[160] = "";
-  if (cut > 0)
-    std::snprintf(cut_note, sizeof cut_note, "; %zu item(s) lost context tokens on the left to fit %d positions", cut, T);
+  if (t.cut > 0)
+    std::snprintf(cut_note, sizeof cut_note, "; %zu item(s) lost context tokens on the left to fit %d positions", t.cut, T);
   std::printf("loom eval: %s on %s: %zu multiple-choice items (%.3g endings each): acc %.4f (%zu right, least total "
               "loss), acc_norm %.4f (%zu right, least loss per token)%s%s%s (%.2f s)\n",
-              src.path().c_str(), a.choices.c_str(), scores.size(), double(endings) / n, double(right) / n, right,
-              double(right_norm) / n, right_norm, cut_note, a.items_out.empty() ? "" : "; each item in ",
-              a.items_out.c_str(), std::chrono::duration<double>(took).count());
+              src.path().c_str(), a.choices.c_str(), t.items, double(t.endings) / double(t.items), t.acc(), t.right,
+              t.acc_norm(), t.right_norm, cut_note, a.items_out.empty() ? "" : "; each item in ", a.items_out.c_str(),
+              std::chrono::duration<double>(took).count());
 }
 
 }  // namespace

@@ -47,6 +47,28 @@ int context_dropped(const ChoiceItem& it, size_t e, int seq_len) {
   return std::max(0, int(it.context.size() + it.endings[e].size()) - (seq_len + 1));
 }
 
+std::vector<ChoiceItem> open_choice_items(const std::string& path, const std::string& key, int vocab_size, int seq_len,
+                                          int64_t limit, const std::function<std::unique_ptr<Tokenizer>()>& tokenizer) {
+  std::unique_ptr<Tokenizer> tok;
+  if (!is_llmc_eval_file(path, key)) tok = tokenizer();
+  std::vector<ChoiceItem> items = read_choice_items(path, tok.get(), vocab_size, key);
+  if (limit > 0 && size_t(limit) < items.size()) items.resize(size_t(limit));
+  if (const std::string no = choices_fit(items, seq_len); !no.empty()) throw std::runtime_error(key + " " + path + ": " + no);
+  return items;
+}
+
+ChoiceTally tally_choices(const std::vector<ChoiceScore>& scores) {
+  ChoiceTally t;
+  t.items = scores.size();
+  for (const ChoiceScore& s : scores) {
+    t.right += s.pred() == s.label;
+    t.right_norm += s.pred_norm() == s.label;
+    t.cut += s.truncated > 0;
+    t.endings += s.loss.size();
+  }
+  return t;
+}
+
 std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& groups, const std::vector<ChoiceItem>& items) {
   const int B = model.micro_batch(), T = model.shape().seq_len;
   const int dp = groups.layout().dp, mine = groups.coord().dp;
@@ -58,7 +80,6 @@ std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& grou
   const size_t forwards = (*std::max_element(rows_of.begin(), rows_of.end()) + size_t(B) - 1) / size_t(B);
   std::vector<ChoiceScore> out;
   std::vector<Row> rows;
-  std::vector<size_t> item_of;  // out[k] scores items[item_of[k]]
   for (size_t i = size_t(mine); i < items.size(); i += size_t(dp)) {
     const ChoiceItem& it = items[i];
     ChoiceScore s;
@@ -76,7 +97,6 @@ std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& grou
       s.truncated = std::max(s.truncated, dropped);
     }
     out.push_back(std::move(s));
-    item_of.push_back(i);
   }
   std::vector<int32_t> tokens(size_t(B) * T), targets(size_t(B) * T);
   const size_t elems = size_t(B) * T * model.shape().d_model;
@@ -88,7 +108,7 @@ std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& grou
     std::fill(targets.begin(), targets.end(), 0);
     for (size_t b = 0; b < nrows; ++b) {
       const Row& row = rows[r0 + b];
-      const ChoiceItem& it = items[item_of[row.item]];
+      const ChoiceItem& it = items[size_t(out[row.item].item)];
       // The window: context (less its first `dropped` tokens) then the ending.
       std::vector<int32_t> w(it.context.begin() + row.dropped, it.context.end());
       w.insert(w.end(), it.endings[row.ending].begin(), it.endings[row.ending].end());

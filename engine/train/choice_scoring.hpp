@@ -8,6 +8,8 @@
 // Forward only; the data-parallel ranks each score their own items, and gather_choice_scores
 // collects them.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,11 +38,26 @@ std::string choices_fit(const std::vector<ChoiceItem>& items, int seq_len);
 // How many context tokens ending `e` of `it` loses on the left to fit seq_len.
 int context_dropped(const ChoiceItem& it, size_t e, int seq_len);
 
+// The items of `path` for a model of `vocab_size` and `seq_len` (the first `limit`; 0: all), as
+// `loom eval --choices` and log.choices (`key`) take them: `tokenizer()` is asked for only when
+// the file is text (JSON lines), not llm.c's tokenized eval file. Throws naming `key` and `path`.
+std::vector<ChoiceItem> open_choice_items(const std::string& path, const std::string& key, int vocab_size, int seq_len,
+                                          int64_t limit, const std::function<std::unique_ptr<Tokenizer>()>& tokenizer);
+
 // The items of this rank's dp share (item i to dp rank i % dp), scored micro-batch by
 // micro-batch of the model's B rows, the pipeline stages passing activations on as evaluate()
 // does, in any layout (tp, pp, ZeRO). Collective over the world, with the same items on every
 // rank. Returns the scores on the last stage's first tp rank of each dp share, none elsewhere.
 std::vector<ChoiceScore> score_choices(Gpt& model, parallel::ProcessGroups& groups, const std::vector<ChoiceItem>& items);
+
+// The counts an accuracy is made of: items, those right by least total loss (acc) and by least
+// loss per token (acc_norm), those whose context was cut, and endings scored.
+struct ChoiceTally {
+  size_t items = 0, right = 0, right_norm = 0, cut = 0, endings = 0;
+  double acc() const { return double(right) / double(items); }
+  double acc_norm() const { return double(right_norm) / double(items); }
+};
+ChoiceTally tally_choices(const std::vector<ChoiceScore>& scores);
 
 // Every rank's scores on `root`, in item order (other ranks get an empty vector). Collective.
 std::vector<ChoiceScore> gather_choice_scores(parallel::MpiCommunicator& comm, const std::vector<ChoiceScore>& mine,

@@ -88,35 +88,27 @@ TokenDataset Trainer::open_data(DataFingerprint* train_print, DataFingerprint* v
 }
 
 std::vector<ChoiceItem> Trainer::open_choices() const {
-  const std::string& path = r_.log.choices;
-  std::unique_ptr<Tokenizer> tok;
-  if (!is_llmc_eval_file(path, "log.choices")) {
-    const TokenizerSpec t = dataset_tokenizer(r_.data.train);
-    if (t.kind.empty())
-      throw std::runtime_error("log.choices " + path + " is not an llm.c eval file, so it is text to tokenize, and "
-                               "data.train=" + r_.data.train + " records no tokenizer (it is no loom prep "
-                               "directory): give llm.c's eval file (tokenized already), or train on data made by "
-                               "loom prep");
-    tok = make_tokenizer(t);
-  }
-  std::vector<ChoiceItem> items = read_choice_items(path, tok.get(), r_.model.vocab_size, "log.choices");
-  if (r_.log.choices_limit > 0 && size_t(r_.log.choices_limit) < items.size()) items.resize(size_t(r_.log.choices_limit));
-  if (const std::string no = choices_fit(items, r_.model.seq_len); !no.empty())
-    throw std::runtime_error("log.choices " + path + ": " + no + " (model.seq_len)");
-  return items;
+  // Text items take data.train's tokenizer (what the model learned); llm.c's file needs none.
+  return open_choice_items(r_.log.choices, "log.choices", r_.model.vocab_size, r_.model.seq_len, r_.log.choices_limit,
+                           [&] {
+                             const TokenizerSpec t = dataset_tokenizer(r_.data.train);
+                             if (t.kind.empty())
+                               throw std::runtime_error(
+                                   "log.choices " + r_.log.choices + " is not an llm.c eval file, so it is text to "
+                                   "tokenize, and data.train=" + r_.data.train + " records no tokenizer (it is no "
+                                   "loom prep directory): give llm.c's eval file (tokenized already), or train on "
+                                   "data made by loom prep");
+                             return make_tokenizer(t);
+                           });
 }
 
 void Trainer::score_choice_items(StepRecord& rec) {
   const std::vector<ChoiceScore> scores =
       gather_choice_scores(groups_.world(), score_choices(*model_, groups_, choice_items_));
   if (scores.empty()) return;  // not rank 0
-  size_t right = 0, right_norm = 0;
-  for (const ChoiceScore& c : scores) {
-    right += c.pred() == c.label;
-    right_norm += c.pred_norm() == c.label;
-  }
-  rec.choice_acc = double(right) / double(scores.size());
-  rec.choice_acc_norm = double(right_norm) / double(scores.size());
+  const ChoiceTally t = tally_choices(scores);
+  rec.choice_acc = t.acc();
+  rec.choice_acc_norm = t.acc_norm();
 }
 
 std::string Trainer::validation_repeat_note(uint64_t distinct, uint64_t repeat_free, bool blend) const {
